@@ -1,0 +1,26 @@
+# make run   — set up .venv, build site.db on first run, start app + Datasette + jobs (+ Caddy)
+# make test  — the whole test suite
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: run test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -c 'import sys; sys.exit("Python 3.11 or newer is needed" if sys.version_info < (3, 11) else 0)'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(PY) -m siteapi.stack
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) site.db site.db-wal site.db-shm var photos/public

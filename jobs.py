@@ -1,0 +1,94 @@
+"""Every job that writes site.db, in one table.
+
+    python jobs.py              run the scheduler (APScheduler BlockingScheduler) until Ctrl-C
+    python jobs.py run NAME     run one job now and print its summary
+    python jobs.py list         list the jobs and their schedules
+
+Each job does its network and parsing outside any transaction, writes in one short transaction,
+and returns a summary line; a failure is recorded in `job_runs` and leaves the last good data.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from siteapi import db
+from siteapi.config import Settings, SettingsError, load_settings
+from siteapi.content import run_content
+
+log = logging.getLogger("jobs")
+
+
+@dataclass(frozen=True)
+class Job:
+    run: Callable[[Settings], str]
+    trigger: dict  # APScheduler trigger: {"trigger": "interval", "minutes": 5} or cron fields
+    about: str
+
+
+JOBS: dict[str, Job] = {
+    "content": Job(run_content, {"trigger": "interval", "minutes": 10}, "index content/ into pages (FTS5)"),
+}
+
+
+def run_job(settings: Settings, name: str) -> tuple[bool, str]:
+    """Run one job, recording it in job_runs; returns (ok, summary or error)."""
+    conn = db.connect(settings.db_path)
+    try:
+        db.ensure_schema(conn)
+        run_id = db.start_job_run(conn, name)
+        started = time.monotonic()
+        try:
+            summary = JOBS[name].run(settings)
+        except Exception as exc:  # any failure is recorded; the job's last good data stays
+            log.exception("job %s failed", name)
+            db.finish_job_run(conn, run_id, False, error=f"{type(exc).__name__}: {exc}")
+            return False, str(exc)
+        summary = f"{summary} ({time.monotonic() - started:.1f}s)"
+        db.finish_job_run(conn, run_id, True, summary=summary)
+        return True, summary
+    finally:
+        conn.close()
+
+
+def schedule(settings: Settings) -> None:
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    scheduler = BlockingScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 300})
+    for name, job in JOBS.items():
+        trigger = dict(job.trigger)
+        scheduler.add_job(run_job, trigger.pop("trigger"), args=(settings, name), id=name, name=name, **trigger)
+    log.info("scheduling %s", ", ".join(JOBS))
+    try:
+        scheduler.start()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"jobs: {exc}", file=sys.stderr)
+        return 2
+    if not argv:
+        schedule(settings)
+        return 0
+    if argv[0] == "list":
+        for name, job in JOBS.items():
+            print(f"{name:10} {job.trigger}  {job.about}")
+        return 0
+    if argv[0] == "run" and len(argv) == 2 and argv[1] in JOBS:
+        ok, summary = run_job(settings, argv[1])
+        print(f"{argv[1]}: {'ok' if ok else 'FAILED'}: {summary}")
+        return 0 if ok else 1
+    print(f"usage: python jobs.py [list | run {'|'.join(JOBS)}]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

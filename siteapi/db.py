@@ -1,0 +1,106 @@
+"""site.db: connections, the shared schema, and the job-run record.
+
+Writers (jobs, and the app's few small rows) open read-write connections in WAL mode; readers
+open `mode=ro`, one connection per thread. Every connection sets `busy_timeout`. Each area owns
+its own tables and declares them as a `SCHEMA` string in its module; `ensure_schema` applies them
+all, so a fresh `site.db` is complete after one call.
+"""
+from __future__ import annotations
+
+import importlib
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+BUSY_TIMEOUT_MS = 5000
+
+# Modules whose SCHEMA string defines tables in site.db (each area adds itself here).
+SCHEMA_MODULES = ("siteapi.db", "siteapi.content")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS job_runs (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    started TEXT NOT NULL,
+    finished TEXT,
+    ok INTEGER,
+    error TEXT,
+    summary TEXT
+);
+CREATE INDEX IF NOT EXISTS job_runs_name ON job_runs(name, started);
+"""
+
+
+def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
+    """Open site.db. Read-only connections cannot write even by mistake (`mode=ro`)."""
+    path = Path(path)
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    if not readonly:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+_local = threading.local()
+
+
+def reader(path: str | Path) -> sqlite3.Connection:
+    """This thread's read-only connection to `path` (opened once, reused)."""
+    key = str(path)
+    conns = getattr(_local, "conns", None)
+    if conns is None:
+        conns = _local.conns = {}
+    conn = conns.get(key)
+    if conn is None:
+        conn = conns[key] = connect(path, readonly=True)
+    return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection):
+    """One short write transaction: BEGIN IMMEDIATE ... COMMIT, rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    conn.isolation_level = None  # autocommit; `transaction()` draws the boundaries
+    for name in SCHEMA_MODULES:
+        conn.executescript(importlib.import_module(name).SCHEMA)
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def start_job_run(conn: sqlite3.Connection, name: str) -> int:
+    with transaction(conn):
+        cur = conn.execute("INSERT INTO job_runs(name, started) VALUES (?, ?)", (name, now_iso()))
+    return cur.lastrowid
+
+
+def finish_job_run(conn: sqlite3.Connection, run_id: int, ok: bool, summary: str = "", error: str | None = None) -> None:
+    with transaction(conn):
+        conn.execute(
+            "UPDATE job_runs SET finished = ?, ok = ?, summary = ?, error = ? WHERE id = ?",
+            (now_iso(), int(ok), summary, error, run_id),
+        )
+
+
+def last_good_run(conn: sqlite3.Connection, name: str) -> sqlite3.Row | None:
+    return conn.execute(
+        "SELECT * FROM job_runs WHERE name = ? AND ok = 1 ORDER BY id DESC LIMIT 1", (name,)
+    ).fetchone()

@@ -1,0 +1,110 @@
+"""The OpenAPI document (siteapi/openapi.yaml) and what is generated from it: `/openapi.json`,
+the RFC 9727 API catalog, the developer guide and the API section of llms.txt. One source, so the
+documents cannot disagree with each other.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import shlex
+from pathlib import Path
+from urllib.parse import urlencode
+
+import yaml
+
+SOURCE = Path(__file__).with_name("openapi.yaml")
+METHODS = ("get", "post", "put", "patch", "delete")
+
+
+@functools.cache
+def _load() -> dict:
+    return yaml.safe_load(SOURCE.read_text(encoding="utf-8"))
+
+
+def document(settings) -> dict:
+    """The OpenAPI document with this deployment's server URL."""
+    doc = copy.deepcopy(_load())
+    doc["servers"] = [{"url": settings.public_base_url}]
+    doc.pop("x-read-headers", None)
+    return doc
+
+
+def operations(doc: dict):
+    """(path, method, operation) for every operation, in document order."""
+    for path, item in doc["paths"].items():
+        for method in METHODS:
+            if method in item:
+                yield path, method, item[method]
+
+
+def api_endpoints(doc: dict) -> list[tuple[str, str, str]]:
+    """(summary, path, description's first sentence) for the JSON API endpoints (not the documents)."""
+    out = []
+    for path, method, op in operations(doc):
+        if "documents" in op.get("tags", []) or method != "get":
+            continue
+        note = (op.get("description") or op.get("summary", "")).strip().split("\n")[0]
+        out.append((op.get("summary", path), path, note))
+    return out
+
+
+def catalog(settings) -> dict:
+    """RFC 9727 linkset: the API anchor with its description and documentation, plus each endpoint."""
+    url = settings.url
+    base = {
+        "anchor": url("/"),
+        "service-desc": [{"href": url("/openapi.json"), "type": "application/openapi+json"}],
+        "service-doc": [{"href": url("/developers"), "type": "text/html"}],
+        "status": [{"href": url("/openapi.json"), "type": "application/openapi+json"}],
+    }
+    doc = _load()
+    endpoints = [
+        {"anchor": url(path),
+         "service-desc": [{"href": url("/openapi.json"), "type": "application/openapi+json"}],
+         "service-doc": [{"href": url("/developers") + "#" + op["operationId"], "type": "text/html"}]}
+        for path, method, op in operations(doc)
+        if method == "get" and "documents" not in op.get("tags", [])
+    ]
+    return {"linkset": [base, *endpoints]}
+
+
+def curl_example(settings, path: str, method: str, op: dict) -> str:
+    query = {p["name"]: p["example"] for p in op.get("parameters", []) if p.get("in") == "query" and "example" in p}
+    url = settings.url(path) + ("?" + urlencode(query) if query else "")
+    body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("example")
+    if method == "post" and body is not None:
+        return (f"curl -s -X POST {shlex.quote(url)} -H 'Content-Type: application/json' "
+                f"-d {shlex.quote(json.dumps(body))}")
+    return f"curl -s {shlex.quote(url)}"
+
+
+def guide_markdown(settings, intro: str = "") -> str:
+    """The developer guide: every operation, its parameters, and a curl example that works."""
+    doc = _load()
+    out = ["# Developer guide", "", doc["info"]["description"].strip(), ""]
+    if intro:
+        out += [intro.strip(), ""]
+    out += [f"The machine-readable description is [/openapi.json]({settings.url('/openapi.json')}); "
+            f"the [API catalog]({settings.url('/.well-known/api-catalog')}) lists every endpoint.", ""]
+    for path, method, op in operations(doc):
+        out += [f"## {op.get('summary', path)}", "", f'<a id="{op["operationId"]}"></a>',
+                f"`{method.upper()} {path}` — operation `{op['operationId']}`", ""]
+        if op.get("description"):
+            out += [op["description"].strip(), ""]
+        params = [p for p in op.get("parameters", []) if "$ref" not in p] + [
+            _resolve(doc, p["$ref"]) for p in op.get("parameters", []) if "$ref" in p]
+        if params:
+            out += ["| Parameter | Required | Description |", "|---|---|---|"]
+            out += [f"| `{p['name']}` | {'yes' if p.get('required') else 'no'} | "
+                    f"{' '.join(p.get('description', '').split())} |" for p in params]
+            out.append("")
+        out += ["```sh", curl_example(settings, path, method, op), "```", ""]
+    return "\n".join(out)
+
+
+def _resolve(doc: dict, ref: str) -> dict:
+    node = doc
+    for part in ref.lstrip("#/").split("/"):
+        node = node[part]
+    return node

@@ -1,0 +1,151 @@
+"""Pages for people and agents: content pages as HTML or Markdown (negotiated, or the `.md` twin),
+`/llms.txt`, `/llms-full.txt`, `/sitemap.xml`, `/robots.txt`, and the 404 page with suggestions.
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import html
+import sqlite3
+from pathlib import Path
+from xml.sax.saxutils import escape as xml_escape
+
+import bottle
+
+from siteapi import tokens
+from siteapi.content import markdown
+from siteapi.web import PAGE_CACHE, ApiError, Reply, wants_markdown
+
+TEMPLATE = bottle.SimpleTemplate(
+    (Path(__file__).parent / "templates" / "page.tpl").read_text(encoding="utf-8"), noescape=False)
+SECTIONS = (("page", "Pages"), ("writing", "Writing"), ("document", "Documents"), ("utility", "Utilities"))
+MARKDOWN_TYPE = "text/markdown; charset=utf-8"
+
+
+def page_row(conn: sqlite3.Connection, path: str) -> sqlite3.Row | None:
+    return conn.execute("SELECT * FROM pages WHERE path = ?", (path,)).fetchone()
+
+
+def page_markdown(row) -> str:
+    lines = [f"# {row['title']}", "", f"> {row['description']}", ""]
+    if row["date"] and row["kind"] == "writing":
+        lines += [f"Published {row['date']}.", ""]
+    return "\n".join(lines) + row["body"].rstrip() + "\n"
+
+
+@functools.lru_cache(maxsize=512)
+def _render_body(body_hash: str, body: str) -> str:
+    return markdown.render(body)
+
+
+def html_page(settings, title: str, description: str, body_html: str, path: str, markdown_path: str | None) -> str:
+    return TEMPLATE.render(site=settings.site_name, title=title, description=description, body=body_html,
+                           canonical=settings.url(path), markdown_path=markdown_path)
+
+
+def markdown_reply(text: str, cache: str = PAGE_CACHE) -> Reply:
+    return Reply(text, content_type=MARKDOWN_TYPE, cache=cache,
+                 headers={"Vary": "Accept", "x-markdown-tokens": str(tokens.count(text))})
+
+
+def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str) -> Reply:
+    """A content page at its path (HTML, or Markdown when asked), or its `.md` twin."""
+    twin = path.endswith(".md")
+    lookup = ("/" if path == "/index.md" else path[:-3]) if twin else path
+    row = page_row(conn, lookup)
+    if row is None:
+        raise ApiError(404, f"There is no page at {path}.", code="not_found")
+    if twin or wants_markdown(accept):
+        return markdown_reply(page_markdown(row))
+    body = _render_body(row["hash"], row["body"])
+    twin_path = "/index.md" if lookup == "/" else lookup + ".md"
+    text = html_page(settings, row["title"], row["description"], body, lookup, twin_path)
+    return Reply(text, content_type="text/html; charset=utf-8", headers={"Vary": "Accept"})
+
+
+def all_pages(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+    return conn.execute("SELECT path, title, description, kind, date, body FROM pages "
+                        "ORDER BY kind, coalesce(date, '') DESC, path").fetchall()
+
+
+def twin_url(settings, path: str) -> str:
+    return settings.url("/index.md" if path == "/" else path + ".md")
+
+
+def llms_txt(conn: sqlite3.Connection, settings, api: list[tuple[str, str, str]]) -> str:
+    """llmstxt.org: title, summary, then sections of links; `api` is (name, path, note) per endpoint."""
+    home = page_row(conn, "/")
+    summary = home["description"] if home else f"The personal site {settings.site_host}."
+    out = [f"# {settings.site_name}", "", f"> {summary}", "",
+           f"Every page has a Markdown twin (the path plus `.md`) and answers `Accept: text/markdown`. "
+           f"The JSON API is read-only and keyless: [OpenAPI]({settings.url('/openapi.json')}), "
+           f"[guide]({settings.url('/developers')}), [API catalog]({settings.url('/.well-known/api-catalog')}).", "",
+           "## API", ""]
+    out += [f"- [{name}]({settings.url(path)}): {note}" for name, path, note in api]
+    rows = all_pages(conn)
+    for kind, heading in SECTIONS:
+        items = [r for r in rows if r["kind"] == kind]
+        if items:
+            out += ["", f"## {heading}", ""]
+            out += [f"- [{r['title']}]({twin_url(settings, r['path'])}): {r['description']}" for r in items]
+    return "\n".join(out) + "\n"
+
+
+def llms_full_txt(conn: sqlite3.Connection, settings, api) -> str:
+    parts = [llms_txt(conn, settings, api), "# The site — full text"]
+    for row in all_pages(conn):
+        dated = f" ({row['date']})" if row["date"] else ""
+        parts.append(f"## {row['title']}{dated}\n\n<{settings.url(row['path'])}>\n\n{row['body'].strip()}")
+    return "\n\n---\n\n".join(parts) + "\n"
+
+
+def sitemap_xml(conn: sqlite3.Connection, settings, extra_paths: list[str]) -> str:
+    rows = all_pages(conn)
+    entries = [(r["path"], r["date"]) for r in rows] + [(p, None) for p in extra_paths]
+    urls = "".join(
+        f"<url><loc>{xml_escape(settings.url(path))}</loc>{f'<lastmod>{date}</lastmod>' if date else ''}</url>"
+        for path, date in entries)
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>\n')
+
+
+def robots_txt(settings) -> str:
+    return (
+        "# Everyone is welcome to read this site. The API is keyless and rate-limited per caller.\n"
+        "User-agent: *\n"
+        "Content-Signal: search=yes, ai-input=yes, ai-train=no\n"
+        "Allow: /\n"
+        "Disallow: /data/*.csv\n\n"
+        "User-agent: GPTBot\nUser-agent: ClaudeBot\nUser-agent: CCBot\nUser-agent: Google-Extended\n"
+        "Content-Signal: search=yes, ai-input=yes, ai-train=no\n"
+        "Allow: /\n\n"
+        f"Sitemap: {settings.url('/sitemap.xml')}\n"
+    )
+
+
+def suggest(path: str, known: list[str], base_url: str, n: int = 3) -> list[str]:
+    """The closest real paths to `path`, by similarity of the whole path and of its last segment."""
+    wanted = path.rstrip("/").lower() or "/"
+    tail = wanted.rsplit("/", 1)[-1]
+
+    def score(candidate: str) -> float:
+        whole = difflib.SequenceMatcher(None, wanted, candidate.lower()).ratio()
+        last = difflib.SequenceMatcher(None, tail, candidate.lower().rsplit("/", 1)[-1]).ratio()
+        return max(whole, last)
+
+    ranked = sorted(known, key=lambda c: (-score(c), c))
+    picks = [c for c in ranked if score(c) >= 0.45][:n] or ["/", "/sitemap.xml"]
+    return [base_url + p for p in picks]
+
+
+def render_error(settings, fmt: str, body: dict, path: str) -> tuple[str, str]:
+    """A 404 (or other error) as Markdown or HTML; JSON is handled by the web layer."""
+    links = body.get("suggestions") or []
+    if fmt == "markdown":
+        text = f"# Not found\n\n{body['error']}\n\n" + "".join(f"- <{u}>\n" for u in links)
+        return MARKDOWN_TYPE, text + f"\nSee also the [sitemap]({settings.url('/sitemap.xml')}).\n"
+    items = "".join(f'<li><a href="{html.escape(u)}">{html.escape(u)}</a></li>' for u in links)
+    content = (f"<p>{html.escape(body['error'])}</p>"
+               + (f"<p>Perhaps you meant:</p><ul>{items}</ul>" if items else "")
+               + f'<p>Or start from the <a href="/">home page</a> or the <a href="/sitemap.xml">sitemap</a>.</p>')
+    return "text/html; charset=utf-8", html_page(settings, "Not found", body["error"], content, path, None)

@@ -1,0 +1,83 @@
+"""/search.json: query terms, FTS5 bm25 ranking (title over description over body), snippets."""
+from __future__ import annotations
+
+import re
+import sqlite3
+
+from siteapi.web import ApiError, clamp_int
+
+MAX_QUERY = 160
+MAX_TERMS = 12
+# English function words plus words every question here carries ("find", "photo", "post").
+STOPWORDS = frozenset("""
+a about after all also an and any are as at be been but by can could did do does for from had has
+have how i if in into is it its me my of on or our she should so that the their them then there
+these they this to was we were what when where which who why will with would you your find show
+page post site photo photos shot
+""".split())
+# bm25 column weights for (title, description, text): a title hit outweighs a description hit,
+# which outweighs a body hit.
+WEIGHTS = (10.0, 4.0, 1.0)
+SNIPPET_BEFORE, SNIPPET_LENGTH = 70, 220
+
+
+def terms(query: str) -> list[str]:
+    """Lowercase, cut to 160 chars, split on non-alphanumerics, keep tokens > 1 char, first 12,
+    drop stopwords (or keep the raw tokens when nothing else survives)."""
+    tokens = [t for t in re.split(r"[^\w]+|_", query.lower()[:MAX_QUERY]) if len(t) > 1][:MAX_TERMS]
+    kept = [t for t in tokens if t not in STOPWORDS]
+    return list(dict.fromkeys(kept or tokens))
+
+
+def snippet(text: str, words: list[str]) -> str:
+    """220 chars starting 70 before the earliest match of a term (or its stem), with … on cut sides."""
+    positions = []
+    for word in words:
+        stem = word[: max(4, len(word) - 3)] if len(word) > 5 else word
+        match = re.search(r"\b" + re.escape(stem), text, re.I)
+        if match:
+            positions.append(match.start())
+    start = max(0, min(positions) - SNIPPET_BEFORE) if positions else 0
+    end = min(len(text), start + SNIPPET_LENGTH)
+    piece = text[start:end].strip()
+    return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")
+
+
+def fts_match(words: list[str]) -> str:
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+
+
+def search(conn: sqlite3.Connection, q: str, limit: int, base_url: str) -> dict:
+    """SearchResults for `q`: total before the limit, ranked rows with kind and snippet."""
+    words = terms(q)
+    query = q[:MAX_QUERY]
+    if not words:
+        return {"query": query, "total": 0, "returned": 0, "results": []}
+    match = fts_match(words)
+    total = conn.execute("SELECT count(*) FROM pages_fts WHERE pages_fts MATCH ?", (match,)).fetchone()[0]
+    rows = conn.execute(
+        f"SELECT p.path, p.title, p.description, p.kind, p.text, -bm25(pages_fts, {', '.join(map(str, WEIGHTS))}) AS score"
+        " FROM pages_fts JOIN pages p ON p.rowid = pages_fts.rowid WHERE pages_fts MATCH ?"
+        " ORDER BY score DESC, p.path LIMIT ?",
+        (match, limit),
+    ).fetchall()
+    results = [
+        {
+            "url": base_url + row["path"],
+            "title": row["title"],
+            "kind": row["kind"],
+            "description": row["description"],
+            "snippet": snippet(row["text"], words),
+            "score": round(row["score"], 4),
+        }
+        for row in rows
+    ]
+    return {"query": query, "total": total, "returned": len(results), "results": results}
+
+
+def search_endpoint(conn: sqlite3.Connection, params, base_url: str) -> dict:
+    q = (params.get("q") or "").strip()
+    if not q:
+        raise ApiError(400, "Parameter q is required: send the words to search for, e.g. /search.json?q=carburetor.",
+                       code="missing_parameter", parameter="q")
+    return search(conn, q, clamp_int(params.get("limit"), 20, 1, 50), base_url)

@@ -1,0 +1,104 @@
+"""`make run`: build site.db on first run, then start the app (waitress), Datasette, the job
+scheduler and, when `caddy` is on PATH, Caddy in front of both; print the addresses; Ctrl-C stops
+every process it started.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from siteapi import db
+from siteapi.config import ROOT, SettingsError, load_settings
+
+DATASETTE_SETTINGS = {
+    "base_url": "/data/",
+    "sql_time_limit_ms": "1000",
+    "max_returned_rows": "1000",
+    "allow_download": "off",
+    "allow_csv_stream": "off",
+    "default_page_size": "50",
+}
+
+
+def datasette_command(db_path: Path, port: int) -> list[str]:
+    cmd = [sys.executable, "-m", "datasette", "serve", str(db_path), "--host", "127.0.0.1", "--port", str(port),
+           "--metadata", str(ROOT / "metadata.yml")]
+    for key, value in DATASETTE_SETTINGS.items():
+        cmd += ["--setting", key, value]
+    return cmd
+
+
+def first_run(settings) -> None:
+    """Build what a fresh clone lacks: the index of content/ (and every other job's first data)."""
+    conn = db.connect(settings.db_path)
+    try:
+        db.ensure_schema(conn)
+        empty = conn.execute("SELECT count(*) FROM pages").fetchone()[0] == 0
+    finally:
+        conn.close()
+    if empty:
+        print("First run: building site.db from content/ ...", flush=True)
+        subprocess.run([sys.executable, "jobs.py", "run", "content"], cwd=ROOT, check=False)
+
+
+def main() -> int:
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"make run: {exc}", file=sys.stderr)
+        return 2
+    first_run(settings)
+    ports = {name: os.environ.get(var, default) for name, var, default in
+             (("app", "SITE_PORT", "8000"), ("data", "DATASETTE_PORT", "8001"), ("caddy", "CADDY_PORT", "8080"))}
+    env = {**os.environ, "SITE_PORT": ports["app"], "DATASETTE_PORT": ports["data"]}
+    commands = {
+        "app": [sys.executable, "app.py"],
+        "datasette": datasette_command(settings.db_path, int(ports["data"])),
+        "jobs": [sys.executable, "jobs.py"],
+    }
+    caddy = shutil.which("caddy")
+    if caddy:
+        Path(settings.access_log or ROOT / "var" / "access.log").parent.mkdir(parents=True, exist_ok=True)
+        env.update({"SITE_ADDRESS": f":{ports['caddy']}", "SITE_IMAGES_DIR": str(settings.images_dir),
+                    "SITE_PHOTOS_DIR": str(settings.photos_dir),
+                    "SITE_ACCESS_LOG": str(settings.access_log or ROOT / "var" / "access.log")})
+        commands["caddy"] = [caddy, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"]
+    procs = {name: subprocess.Popen(cmd, cwd=ROOT, env=env) for name, cmd in commands.items()}
+    print(f"\n  app        http://127.0.0.1:{ports['app']}/", flush=True)
+    print(f"  datasette  http://127.0.0.1:{ports['data']}/  (base_url /data/)")
+    if caddy:
+        print(f"  caddy      http://127.0.0.1:{ports['caddy']}/  (the site, /data/ and /images/ through the edge)")
+    else:
+        print("  caddy      not on PATH: skipped (apt-get install caddy)")
+    print("  jobs       scheduler running; Ctrl-C stops everything\n", flush=True)
+
+    def stop(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while all(p.poll() is None for p in procs.values()):
+            time.sleep(0.5)
+        dead = [name for name, p in procs.items() if p.poll() is not None]
+        print(f"make run: {', '.join(dead)} stopped; stopping the rest.", file=sys.stderr)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{title}} · {{site}}</title>
+<meta name="description" content="{{description}}">
+<link rel="canonical" href="{{canonical}}">
+% if markdown_path:
+<link rel="alternate" type="text/markdown" href="{{markdown_path}}">
+% end
+<link rel="service-desc" type="application/openapi+json" href="/openapi.json">
+<style>
+  :root { color-scheme: light dark; --ink: #1d1d1f; --muted: #5f6368; --accent: #0b5cad; --bg: #fdfdfb; }
+  @media (prefers-color-scheme: dark) { :root { --ink: #e8e6e3; --muted: #a0a4a8; --accent: #7ab7ff; --bg: #141414; } }
+  body { margin: 0; background: var(--bg); color: var(--ink); font: 1.0625rem/1.6 system-ui, -apple-system, "Segoe UI", sans-serif; }
+  .skip { position: absolute; left: -999px; } .skip:focus { left: 1rem; top: 1rem; background: var(--bg); padding: .5rem; }
+  header, main, footer { max-width: 42rem; margin: 0 auto; padding: 1rem 1.25rem; }
+  header nav a { margin-right: 1rem; } a { color: var(--accent); }
+  h1 { line-height: 1.2; } .lede { color: var(--muted); font-size: 1.125rem; }
+  pre { overflow-x: auto; padding: .75rem; background: rgba(127,127,127,.12); border-radius: 6px; }
+  code { font-family: ui-monospace, "SFMono-Regular", Menlo, monospace; font-size: .92em; }
+  table { border-collapse: collapse; } th, td { border: 1px solid rgba(127,127,127,.4); padding: .25rem .5rem; text-align: left; }
+  footer { color: var(--muted); font-size: .9rem; }
+</style>
+</head>
+<body>
+<a class="skip" href="#content">Skip to content</a>
+<header>
+<nav aria-label="Site">
+<a href="/">{{site}}</a><a href="/writing">Writing</a><a href="/photos">Photos</a><a href="/garage">Garage</a><a href="/developers">API</a>
+</nav>
+</header>
+<main id="content">
+<h1>{{title}}</h1>
+<p class="lede">{{description}}</p>
+{{!body}}
+</main>
+<footer>
+<p>Also available as <a href="{{markdown_path or '/llms.txt'}}">Markdown</a> · <a href="/sitemap.xml">Sitemap</a> · <a href="/openapi.json">OpenAPI</a> · <a href="/data/">Data</a></p>
+</footer>
+</body>
+</html>

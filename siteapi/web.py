@@ -1,0 +1,270 @@
+"""The HTTP conventions every route shares, applied once so a route gets them by being declared.
+
+`Site.route(rule, handler, ...)` wraps a handler with: path and query sanity, OPTIONS (CORS
+preflight), 405 with `Allow`, `API-Version`, the caller's rate-limit policy (429 with
+`Retry-After`, `RateLimit-Policy`, `RateLimit`), JSON errors (never a traceback), the `Link`
+header to the service description, CORS and a per-route `Cache-Control`. Handlers return a dict
+(JSON) or a `Reply`, or raise `ApiError`. Unknown paths go to a fallback that answers 404 in the
+format asked for, with `suggestions`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+from urllib.parse import parse_qsl
+
+import bottle
+
+from siteapi.ratelimit import RateLimiter
+
+log = logging.getLogger("siteapi")
+
+JSON_CACHE = "public, max-age=300, s-maxage=600"
+NO_STORE = "no-store"
+PAGE_CACHE = "public, max-age=0, s-maxage=86400, stale-while-revalidate=604800"
+DOC_CACHE = "public, max-age=3600"
+SUPPORTED_API_VERSIONS = ["1"]
+MAX_QUERY_BYTES = 8192
+MAX_BODY_BYTES = 1 << 20
+DOCS_PATH = "/developers"
+_BAD_PATH = re.compile(r"[\x00-\x1f\x7f]|(^|/)\.\.(/|$)")
+EXPOSED = "Link, RateLimit, RateLimit-Policy, Retry-After, x-markdown-tokens, Content-Type"
+
+
+class ApiError(Exception):
+    """An error answered as JSON: `error` sentence, HTTP status, optional `code` and extra fields."""
+
+    def __init__(self, status: int, error: str, code: str | None = None, headers: dict | None = None, **extra):
+        super().__init__(error)
+        self.status = status
+        self.body = {"error": error, **({"code": code} if code else {}), "status": status, **extra}
+        self.headers = headers or {}
+
+
+@dataclass
+class Reply:
+    """A response other than plain 200 JSON: any status, content type, headers, body or stream."""
+    body: Any
+    status: int = 200
+    content_type: str = "application/json"
+    headers: dict = field(default_factory=dict)
+    cache: str | None = None
+
+
+def clamp_int(raw, default: int, low: int, high: int) -> int:
+    """Clamp, don't reject: a non-number falls back to the default, out of range is clamped."""
+    try:
+        value = int(str(raw).strip())
+    except (TypeError, ValueError):
+        return default
+    return max(low, min(high, value))
+
+
+def params() -> dict[str, str]:
+    """The query string as text (UTF-8, bad bytes replaced), first value of each name."""
+    out: dict[str, str] = {}
+    for key, value in parse_qsl(bottle.request.environ.get("QUERY_STRING", ""), keep_blank_values=True,
+                                errors="replace", max_num_fields=200):
+        out.setdefault(key, value)
+    return out
+
+
+def caller() -> str:
+    """The client address as waitress sees it (X-Forwarded-For only from a trusted proxy)."""
+    return bottle.request.environ.get("REMOTE_ADDR") or "0.0.0.0"
+
+
+def body(limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request body, read up to `limit` + 1 bytes so an oversize body is detectable."""
+    return bottle.request.environ["wsgi.input"].read(limit + 1) if bottle.request.content_length else b""
+
+
+def accept_q(accept: str) -> dict[str, float]:
+    """Media types named in an Accept header with their q-values; malformed parts are ignored."""
+    out: dict[str, float] = {}
+    for part in (accept or "").split(",")[:50]:
+        pieces = [p.strip() for p in part.split(";")]
+        media = pieces[0].lower()
+        if "/" not in media:
+            continue
+        q = 1.0
+        for p in pieces[1:]:
+            if p.lower().startswith("q="):
+                try:
+                    q = max(0.0, min(1.0, float(p[2:])))
+                except ValueError:
+                    q = 0.0
+        out[media] = max(q, out.get(media, 0.0))
+    return out
+
+
+def wants_markdown(accept: str) -> bool:
+    """Markdown only when named explicitly with q>0 and beating text/html and xhtml (no wildcards)."""
+    q = accept_q(accept)
+    md = q.get("text/markdown", 0.0)
+    return md > 0 and md > max(q.get("text/html", 0.0), q.get("application/xhtml+xml", 0.0))
+
+
+def error_format(path: str, accept: str) -> str:
+    """'json', 'markdown' or 'html' for an error page, by Accept and by how API-like the path is."""
+    q = accept_q(accept)
+    html_q = max(q.get("text/html", 0.0), q.get("application/xhtml+xml", 0.0))
+    if wants_markdown(accept):
+        return "markdown"
+    if q.get("application/json", 0.0) > html_q:
+        return "json"
+    api_like = path.endswith(".json") or path.startswith(("/api/", "/v1/")) or path in ("/api", "/v1")
+    if api_like and html_q == 0:
+        return "json"
+    return "html" if html_q > 0 or not accept.strip() or "*/*" in q else "json"
+
+
+class Site:
+    """The Bottle app plus the shared conventions; app.py declares every route on it."""
+
+    def __init__(self, settings, limiter: RateLimiter, render_error: Callable[[str, dict, str], tuple[str, str]]):
+        self.settings = settings
+        self.limiter = limiter
+        self.render_error = render_error  # (format, error body, path) -> (content type, text)
+        self.app = bottle.Bottle()
+        self.app.config["catchall"] = False
+        self.link_header = ", ".join([
+            '</openapi.json>; rel="service-desc"; type="application/openapi+json"',
+            '</developers>; rel="service-doc"; type="text/html"',
+            '</.well-known/api-catalog>; rel="api-catalog"; type="application/linkset+json"',
+            '</sitemap.xml>; rel="sitemap"; type="application/xml"',
+            '</llms.txt>; rel="describedby"; type="text/plain"',
+        ])
+        self.routes: list[tuple[str, tuple[str, ...], str]] = []
+
+    # -- declaring routes ------------------------------------------------------------------------
+    def route(self, rule: str, handler: Callable, methods: Iterable[str] = ("GET",), policy: str = "read",
+              cache: str = JSON_CACHE, options: bool = True) -> None:
+        allowed = list(dict.fromkeys(m.upper() for m in methods))
+        if "GET" in allowed and "HEAD" not in allowed:
+            allowed.insert(allowed.index("GET") + 1, "HEAD")
+        if options and "OPTIONS" not in allowed:
+            allowed.append("OPTIONS")
+        self.routes.append((rule, tuple(allowed), policy))
+
+        def endpoint(**url_args):
+            return self.serve(handler, url_args, tuple(allowed), policy, cache)
+
+        self.app.route(rule, method="ANY", callback=endpoint)
+
+    def fallback(self, handler: Callable[[str], Any]) -> None:
+        """The last route: `handler(path)` serves content pages or raises ApiError(404)."""
+        def endpoint(path=""):
+            return self.serve(lambda: handler("/" + path), {}, ("GET", "HEAD", "OPTIONS"), "read", PAGE_CACHE,
+                              unknown_method_status=404)
+
+        self.app.route("/<path:path>", method="ANY", callback=endpoint)
+        self.app.route("/", method="ANY", callback=endpoint)
+
+    def wsgi(self, environ, start_response):
+        """Sanity checks that come before routing, then Bottle."""
+        path = environ.get("PATH_INFO", "")
+        if _BAD_PATH.search(path) or _BAD_PATH.search(environ.get("RAW_URI", "").split("?")[0]):
+            return self._early(environ, start_response, 400, "The path contains '..' segments or control "
+                               "characters; send a plain path such as /search.json.", "bad_path")
+        if len(environ.get("QUERY_STRING", "")) > MAX_QUERY_BYTES:
+            return self._early(environ, start_response, 414, f"The query string is longer than {MAX_QUERY_BYTES} "
+                               "bytes; send shorter parameters.", "uri_too_long")
+        return self.app(environ, start_response)
+
+    # -- serving ---------------------------------------------------------------------------------
+    def serve(self, handler, url_args, allowed, policy, cache, unknown_method_status=405):
+        request, response = bottle.request, bottle.response
+        method = request.method.upper()
+        self._common_headers(response)
+        try:
+            if method == "OPTIONS" and "OPTIONS" in allowed:
+                response.status = 204
+                response.set_header("Allow", ", ".join(allowed))
+                response.set_header("Access-Control-Allow-Methods", ", ".join(allowed))
+                response.set_header("Access-Control-Allow-Headers", "*")
+                response.set_header("Access-Control-Max-Age", "86400")
+                return b""
+            if method not in allowed:
+                if unknown_method_status == 404:
+                    return handler()  # the fallback: an unknown path is a 404 whatever the method
+                raise ApiError(405, f"{request.path} answers {', '.join(allowed)}, not {method}.",
+                               code="method_not_allowed", headers={"Allow": ", ".join(allowed)}, allow=list(allowed))
+            version = request.headers.get("API-Version")
+            if version is not None and version.strip() not in SUPPORTED_API_VERSIONS:
+                raise ApiError(400, f"API-Version {version.strip()[:20]!r} is not served; send API-Version: 1 "
+                               "or leave the header out.", code="unsupported_api_version",
+                               supported=SUPPORTED_API_VERSIONS)
+            decision = self.limiter.hit(policy, caller())
+            for name, value in decision.headers().items():
+                response.set_header(name, value)
+            if not decision.allowed:
+                raise ApiError(429, f"Too many requests: the {policy} budget is {decision.policy.quota} per "
+                               f"{decision.policy.window} seconds per caller; retry in {decision.reset} seconds.",
+                               code="rate_limited", retry_after=max(1, min(60, decision.reset)))
+            result = handler(**url_args)
+        except ApiError as exc:
+            return self._error(exc)
+        except Exception:
+            incident = uuid.uuid4().hex[:12]
+            log.exception("unhandled error %s on %s %s", incident, method, request.path)
+            return self._error(ApiError(500, f"Something broke on our side while answering this request "
+                                        f"(incident {incident}); try again later.", code="internal_error"))
+        return self._reply(result, cache)
+
+    def _common_headers(self, response) -> None:
+        response.set_header("Link", self.link_header)
+        response.set_header("Access-Control-Allow-Origin", "*")
+        response.set_header("Access-Control-Expose-Headers", EXPOSED)
+        response.set_header("X-Content-Type-Options", "nosniff")
+
+    def _reply(self, result, cache):
+        response = bottle.response
+        reply = result if isinstance(result, Reply) else Reply(result)
+        response.status = reply.status
+        response.set_header("Cache-Control", reply.cache or cache)
+        for name, value in reply.headers.items():
+            response.set_header(name, value)
+        response.content_type = reply.content_type
+        if isinstance(reply.body, (dict, list)):
+            return json.dumps(reply.body, ensure_ascii=False).encode()
+        if isinstance(reply.body, str):
+            return reply.body.encode()
+        return reply.body  # bytes or an iterator (event streams)
+
+    def _error(self, exc: ApiError):
+        request, response = bottle.request, bottle.response
+        body = dict(exc.body)
+        if exc.status == 404:
+            body = {"ok": False, **body}
+        body.setdefault("docs", self.settings.url(DOCS_PATH))
+        response.status = exc.status
+        for name, value in exc.headers.items():
+            response.set_header(name, value)
+        response.set_header("Cache-Control", NO_STORE)
+        fmt = error_format(request.path, request.headers.get("Accept", "")) if exc.status == 404 else "json"
+        if fmt == "json":
+            response.content_type = "application/json"
+            return json.dumps(body, ensure_ascii=False).encode()
+        response.set_header("Vary", "Accept")
+        content_type, text = self.render_error(fmt, body, request.path)
+        response.content_type = content_type
+        return text.encode()
+
+    def _early(self, environ, start_response, status, error, code):
+        body = json.dumps({"error": error, "code": code, "status": status,
+                           "docs": self.settings.url(DOCS_PATH)}).encode()
+        start_response(f"{status} {bottle.HTTP_CODES.get(status, '')}", [
+            ("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+            ("Cache-Control", NO_STORE), ("Access-Control-Allow-Origin", "*"), ("Link", self.link_header)])
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+
+
+def sse(events: Iterator[str]) -> Reply:
+    """An event stream reply: sent frame by frame, never buffered by a proxy."""
+    return Reply(events, content_type="text/event-stream; charset=utf-8",
+                 headers={"X-Accel-Buffering": "no"}, cache="no-cache")

@@ -1,0 +1,129 @@
+"""Shared fixtures: settings on a temporary site.db, the app live in waitress, and a client that
+validates every JSON response it sees against /openapi.json."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+from jsonschema import Draft202012Validator
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jobs  # noqa: E402
+from app import make_app  # noqa: E402
+from servers import serve_wsgi  # noqa: E402
+from siteapi import openapi  # noqa: E402
+from siteapi.config import RatePolicy, load_settings  # noqa: E402
+
+SHARED = ROOT.parent / "shared"
+
+
+def make_settings(tmp: Path, **changes):
+    """The project's settings pointed at a temporary site.db and photo folders, quotas raised."""
+    base = load_settings(ROOT / "site.toml")
+    rates = {name: RatePolicy(p.name, 100_000, p.window) for name, p in base.rates.items()}
+    values = dict(db_path=tmp / "site.db", photos_dir=tmp / "originals", images_dir=tmp / "images",
+                  access_log=tmp / "access.log", rates=rates)
+    values.update(changes)
+    return dataclasses.replace(base, **values)
+
+
+def build_site(settings) -> None:
+    ok, summary = jobs.run_job(settings, "content")
+    assert ok, summary
+
+
+class OpenApiChecker:
+    """Validates JSON bodies against the response schema the document gives for path + status."""
+
+    def __init__(self, doc: dict):
+        self.doc = doc
+        self.paths = [(re.compile("^" + re.sub(r"\{[^/]+\}", "[^/]+", p) + "$"), p) for p in doc["paths"]]
+        self.checked: list[tuple[str, int]] = []
+
+    def schema_for(self, path: str, method: str, status: int, content_type: str):
+        for pattern, template in self.paths:
+            if pattern.match(path):
+                op = self.doc["paths"][template].get(method.lower())
+                if op is None:
+                    return None
+                responses = op["responses"]
+                response = responses.get(str(status)) or responses.get("default")
+                if response is None:
+                    raise AssertionError(f"{method} {path}: status {status} is not documented in /openapi.json")
+                response = self.resolve(response)
+                media = content_type.split(";")[0].strip()
+                content = response.get("content", {})
+                entry = content.get(media) or next((v for k, v in content.items() if k.endswith("json")), None)
+                return entry and entry.get("schema")
+        return None
+
+    def resolve(self, node):
+        while isinstance(node, dict) and "$ref" in node:
+            node = self.lookup(node["$ref"])
+        return node
+
+    def lookup(self, ref: str):
+        node = self.doc
+        for part in ref.lstrip("#/").split("/"):
+            node = node[part]
+        return node
+
+    def validate(self, method: str, path: str, response: requests.Response) -> None:
+        content_type = response.headers.get("Content-Type", "")
+        if "json" not in content_type or method == "HEAD" or not response.content:
+            return
+        schema = self.schema_for(path, method, response.status_code, content_type)
+        if schema is None:
+            return
+        Draft202012Validator({**schema, "components": self.doc["components"]}).validate(response.json())
+        self.checked.append((path, response.status_code))
+
+
+class Client:
+    """requests against the live server; every JSON answer is validated against the OpenAPI document."""
+
+    def __init__(self, base: str, checker: OpenApiChecker):
+        self.base = base
+        self.checker = checker
+        self.session = requests.Session()
+
+    def request(self, method: str, path: str, **kwargs) -> requests.Response:
+        kwargs.setdefault("timeout", 30)
+        kwargs.setdefault("allow_redirects", False)
+        response = self.session.request(method, self.base + path, **kwargs)
+        self.checker.validate(method, path.split("?")[0], response)
+        return response
+
+    def get(self, path: str, **kwargs) -> requests.Response:
+        return self.request("GET", path, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def site_settings(tmp_path_factory):
+    settings = make_settings(tmp_path_factory.mktemp("site"))
+    build_site(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def checker(site_settings):
+    return OpenApiChecker(openapi.document(site_settings))
+
+
+@pytest.fixture(scope="session")
+def live(site_settings):
+    """The app in waitress on a loopback port, for the whole session."""
+    with serve_wsgi(make_app(site_settings).wsgi) as base:
+        yield base
+
+
+@pytest.fixture()
+def api(live, checker):
+    return Client(live, checker)

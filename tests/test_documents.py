@@ -1,0 +1,140 @@
+"""Pages and the documents agents look for: HTML (strict HTML5), Markdown negotiation and twins,
+llms.txt, llms-full.txt, sitemap, robots.txt, api-catalog, /openapi.json and the developer guide."""
+import re
+import xml.etree.ElementTree as ET
+
+import html5lib
+import pytest
+import yaml
+from openapi_spec_validator import validate
+
+from siteapi import tokens
+
+
+def strict_parse(text):
+    html5lib.HTMLParser(strict=True).parse(text)
+
+
+def test_every_page_is_strict_html5_with_a_markdown_twin(api, site_settings):
+    from siteapi import db
+    paths = [r["path"] for r in db.connect(site_settings.db_path, readonly=True).execute("SELECT path FROM pages")]
+    assert len(paths) >= 40
+    for path in paths + ["/developers"]:
+        r = api.get(path, headers={"Accept": "text/html"})
+        assert r.status_code == 200, path
+        assert r.headers["Content-Type"] == "text/html; charset=utf-8"
+        strict_parse(r.text)
+        twin = "/index.md" if path == "/" else path + ".md"
+        assert f'href="{twin}"' in r.text
+        md = api.get(twin)
+        assert md.status_code == 200 and md.headers["Content-Type"] == "text/markdown; charset=utf-8", twin
+        assert md.text.startswith("# ")
+
+
+@pytest.mark.parametrize("accept, markdown", [
+    ("text/markdown", True),
+    ("text/markdown;q=0.9, text/html;q=0.8", True),
+    ("text/html, text/markdown", False),            # a tie goes to HTML
+    ("text/html;q=0.5, text/markdown;q=0.5", False),
+    ("text/markdown;q=0", False),
+    ("*/*", False),                                  # wildcards never count
+    ("text/*", False),
+    ("application/xhtml+xml, text/markdown;q=0.9", False),
+])
+def test_markdown_negotiation_follows_q_values(api, accept, markdown):
+    r = api.get("/about", headers={"Accept": accept})
+    assert r.status_code == 200
+    assert r.headers["Vary"] == "Accept"
+    assert r.headers["Content-Type"].startswith("text/markdown" if markdown else "text/html")
+    if markdown:
+        assert int(r.headers["x-markdown-tokens"]) == tokens.count(r.text)
+
+
+def test_llms_txt_follows_the_format(api):
+    r = api.get("/llms.txt")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
+    lines = r.text.splitlines()
+    assert lines[0].startswith("# ") and sum(1 for l in lines if l.startswith("# ")) == 1
+    assert lines[2].startswith("> ")
+    sections = [l[3:] for l in lines if l.startswith("## ")]
+    assert sections[:2] == ["API", "Pages"] and "Writing" in sections
+    links = re.findall(r"^- \[([^\]]+)\]\((https?://[^)]+)\)", r.text, re.M)
+    assert len(links) >= 45 and any(u.endswith("/search.json") for _, u in links)
+    assert r.text.count("```") % 2 == 0
+
+
+def test_llms_full_inlines_every_page(api):
+    full = api.get("/llms-full.txt").text
+    assert full.startswith(api.get("/llms.txt").text.rstrip("\n"))
+    assert full.count("\n---\n") >= 40
+
+
+def test_sitemap_lists_every_page(api, site_settings):
+    r = api.get("/sitemap.xml")
+    root = ET.fromstring(r.content)
+    ns = {"s": "http://www.sitemaps.org/schemas/sitemap/0.9"}
+    locs = [e.text for e in root.findall("s:url/s:loc", ns)]
+    assert "https://aadhar.sh/" in locs and "https://aadhar.sh/developers" in locs
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d", e.text) for e in root.findall("s:url/s:lastmod", ns))
+
+
+def test_robots_txt_names_the_sitemap(api):
+    text = api.get("/robots.txt").text
+    assert "User-agent: *" in text and "Sitemap: https://aadhar.sh/sitemap.xml" in text
+
+
+def test_api_catalog_is_an_rfc9727_linkset(api):
+    for method in ("GET", "HEAD"):
+        r = api.request(method, "/.well-known/api-catalog")
+        assert r.status_code == 200
+        assert r.headers["Content-Type"].startswith("application/linkset+json")
+        assert 'profile="https://www.rfc-editor.org/info/rfc9727"' in r.headers["Content-Type"]
+    linkset = api.get("/.well-known/api-catalog").json()["linkset"]
+    assert linkset[0]["service-desc"][0]["href"] == "https://aadhar.sh/openapi.json"
+    anchors = {entry["anchor"] for entry in linkset}
+    assert "https://aadhar.sh/search.json" in anchors and "https://aadhar.sh/resume.json" in anchors
+
+
+def test_openapi_is_valid_and_every_operation_is_keyless(api):
+    doc = api.get("/openapi.json").json()
+    validate(doc)
+    assert doc["openapi"].startswith("3.1") and doc["security"] == []
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            assert op.get("security") == [], (path, method)
+            assert op.get("operationId"), (path, method)
+
+
+def test_openapi_describes_every_route(site_settings, api):
+    from app import make_app
+    doc = api.get("/openapi.json").json()
+    for rule, methods, _ in make_app(site_settings).routes:
+        if rule.endswith(".md") or rule == "/robots.txt":
+            continue  # twins and robots.txt are described in words, not as operations
+        template = re.sub(r"<(\w+)(:[^>]*)?>", r"{\1}", rule)
+        assert template in doc["paths"], rule
+        documented = {m.upper() for m in doc["paths"][template] if m in ("get", "post", "put", "delete", "patch")}
+        assert documented <= set(methods), rule
+
+
+def test_developer_guide_curl_examples_work(api):
+    guide = api.get("/developers.md").text
+    commands = re.findall(r"^curl .*$", guide, re.M)
+    doc = api.get("/openapi.json").json()
+    assert len(commands) == sum(1 for item in doc["paths"].values() for m in item if m in ("get", "post"))
+    for command in commands:
+        url = re.search(r"'?(https://aadhar\.sh[^' ]*)'?", command).group(1)
+        path = url.removeprefix("https://aadhar.sh")
+        if " -X POST " in command:
+            payload = re.search(r"-d '(.*)'$", command).group(1)
+            r = api.request("POST", path, data=payload, headers={"Content-Type": "application/json"})
+        else:
+            r = api.get(path)
+        assert r.status_code == 200, command
+
+
+def test_resume_is_json_resume(api):
+    r = api.get("/resume.json")
+    assert r.status_code == 200
+    resume = r.json()
+    assert resume["basics"]["name"] and resume["work"] and "jsonresume" in resume["$schema"]

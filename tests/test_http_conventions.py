@@ -1,0 +1,110 @@
+"""The conventions every route shares, on the real server: errors, 404 formats, methods, versions,
+headers, and hostile input that must never produce a 500."""
+import http.client
+import json
+
+import html5lib
+import pytest
+
+
+def test_unknown_json_path_is_a_json_404_with_suggestions(api):
+    r = api.get("/serch.json")
+    assert r.status_code == 404
+    body = r.json()
+    assert body["ok"] is False and body["code"] == "not_found" and body["status"] == 404
+    assert "/serch.json" in body["error"] and body["hint"] and body["docs"].endswith("/developers")
+    assert body["suggestions"][0].endswith("/search.json")
+    assert all(u.startswith("https://") for u in body["suggestions"])
+
+
+def test_unknown_page_404_follows_accept(api):
+    as_html = api.get("/writting/carb", headers={"Accept": "text/html"})
+    assert as_html.status_code == 404 and as_html.headers["Content-Type"].startswith("text/html")
+    html5lib.HTMLParser(strict=True).parse(as_html.text)
+    as_json = api.get("/writting/carb", headers={"Accept": "application/json"})
+    assert as_json.status_code == 404 and as_json.json()["suggestions"]
+    as_md = api.get("/writting/carb", headers={"Accept": "text/markdown"})
+    assert as_md.headers["Content-Type"].startswith("text/markdown") and as_md.text.startswith("# Not found")
+    api_like = api.get("/api/v2/things")
+    assert api_like.headers["Content-Type"].startswith("application/json")
+    assert api.get("/v1/x", headers={"Accept": "text/html"}).headers["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "BREW"])
+def test_unserved_method_is_405_with_allow(api, method):
+    r = api.request(method, "/search.json?q=x")
+    assert r.status_code == 405
+    assert r.headers["Allow"] == "GET, HEAD, OPTIONS"
+    assert r.json()["code"] == "method_not_allowed" and r.json()["allow"] == ["GET", "HEAD", "OPTIONS"]
+
+
+def test_head_has_get_headers_and_no_body(api):
+    get = api.get("/search.json?q=carburetor")
+    head = api.request("HEAD", "/search.json?q=carburetor")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["Content-Length"] == get.headers["Content-Length"]
+    assert head.headers["Content-Type"] == get.headers["Content-Type"]
+
+
+def test_options_is_a_cors_preflight(api):
+    r = api.request("OPTIONS", "/search.json", headers={"Origin": "https://example.org",
+                                                         "Access-Control-Request-Method": "GET"})
+    assert r.status_code == 204
+    assert r.headers["Access-Control-Allow-Origin"] == "*"
+    assert "GET" in r.headers["Access-Control-Allow-Methods"]
+
+
+def test_every_200_has_policy_link_cors_and_cache(api):
+    for path in ["/search.json?q=motorcycle", "/openapi.json", "/llms.txt", "/", "/sitemap.xml"]:
+        r = api.get(path)
+        assert r.status_code == 200, path
+        assert r.headers["RateLimit-Policy"] == '"read";q=100000;w=60', path
+        assert 'rel="service-desc"' in r.headers["Link"] and 'rel="api-catalog"' in r.headers["Link"]
+        assert r.headers["Access-Control-Allow-Origin"] == "*"
+        assert r.headers["Cache-Control"]
+
+
+def test_api_version_header(api):
+    assert api.get("/search.json?q=garage", headers={"API-Version": "1"}).status_code == 200
+    r = api.get("/search.json?q=garage", headers={"API-Version": "2"})
+    assert r.status_code == 400
+    assert r.json()["code"] == "unsupported_api_version" and r.json()["supported"] == ["1"]
+
+
+@pytest.mark.parametrize("path", ["/a/%00b", "/a/%01", "/x/../etc/passwd", "/%2e%2e/site.db"])
+def test_hostile_paths_get_a_json_error(live, path):
+    host, port = live.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("GET", path)  # sent as written: no client-side dot-segment clean-up
+    r = conn.getresponse()
+    assert r.status == 400
+    assert json.loads(r.read())["code"] == "bad_path"
+
+
+def test_huge_query_string_is_refused_as_json(api):
+    r = api.get("/search.json?q=" + "a" * 10_240)
+    assert r.status_code == 414 and "query string" in r.json()["error"]
+
+
+@pytest.mark.parametrize("accept", ["", "garbage", "text/html;q=abc", ";;;,,,", "*/*;q=0.5;q=", "a/b/c;q=2"])
+def test_malformed_accept_never_breaks(api, accept):
+    for path in ["/about", "/nope", "/search.json?q=film"]:
+        r = api.get(path, headers={"Accept": accept})
+        assert r.status_code in (200, 404), (path, accept)
+
+
+def test_unexpected_exception_is_a_json_500_without_traceback(site_settings, checker):
+    from app import make_app
+    from servers import serve_wsgi
+    from conftest import Client
+
+    site = make_app(site_settings)
+
+    def broken():
+        raise RuntimeError("secret internal detail")
+
+    site.route("/broken.json", broken)
+    with serve_wsgi(site.wsgi) as base:
+        r = Client(base, checker).get("/broken.json")
+    assert r.status_code == 500
+    assert r.json()["code"] == "internal_error" and "secret" not in r.text and "Traceback" not in r.text

@@ -1,0 +1,132 @@
+"""End to end, as `make run` starts it: the app in waitress, Datasette and the job scheduler, with
+real Caddy in front. Skipped only where `caddy` is not installed (CI installs it)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from conftest import ROOT
+
+CADDY = shutil.which("caddy")
+needs_caddy = pytest.mark.skipif(CADDY is None and not os.environ.get("CI"), reason="caddy is not installed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(url: str, timeout: float = 60) -> requests.Response:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            r = requests.get(url, timeout=5)
+            if r.status_code < 500:
+                return r
+        except requests.ConnectionError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url} did not come up")
+        time.sleep(0.3)
+
+
+@needs_caddy
+def test_caddyfile_validates():
+    out = subprocess.run([CADDY, "validate", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "Valid configuration" in out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("stack")
+    ports = {"SITE_PORT": free_port(), "DATASETTE_PORT": free_port(), "CADDY_PORT": free_port()}
+    env = {**os.environ, **{k: str(v) for k, v in ports.items()},
+           "SITE_DB_PATH": str(tmp / "site.db"), "SITE_ACCESS_LOG": str(tmp / "access.log"),
+           "SITE_PHOTOS_DIR": str(tmp / "originals"), "SITE_IMAGES_DIR": str(tmp / "images"),
+           "CADDY_ADMIN": "off", "XDG_DATA_HOME": str(tmp / "xdg-data"), "XDG_CONFIG_HOME": str(tmp / "xdg-config"),
+           "HOME": str(tmp)}
+    (tmp / "images").mkdir()
+    (tmp / "images" / "probe.txt").write_text("static file\n")
+    proc = subprocess.Popen([sys.executable, "-m", "siteapi.stack"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    edge = f"http://127.0.0.1:{ports['CADDY_PORT']}"
+    try:
+        wait_for(edge + "/robots.txt", timeout=120)
+        wait_for(edge + "/data/", timeout=60)
+        yield {"edge": edge, "tmp": tmp, "proc": proc, **ports}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        print(out)
+
+
+@needs_caddy
+def test_api_through_caddy(stack):
+    r = requests.get(stack["edge"] + "/search.json?q=carburetor", headers={"Accept-Encoding": "gzip"}, timeout=30)
+    assert r.status_code == 200 and r.json()["results"]
+    assert r.headers["RateLimit-Policy"].startswith('"read"')
+    assert r.headers.get("Content-Encoding") in ("gzip", "zstd")
+
+
+@needs_caddy
+def test_caller_is_the_client_behind_caddy(stack):
+    # Caddy sets X-Forwarded-For to the real client; a spoofed header from the client is replaced.
+    budget = [requests.get(stack["edge"] + "/robots.txt", headers={"X-Forwarded-For": f"192.0.2.{i}"},
+                           timeout=30).headers["RateLimit"] for i in range(3)]
+    remaining = [int(v.split("r=")[1].split(";")[0]) for v in budget]
+    assert remaining[0] > remaining[1] > remaining[2]
+
+
+@needs_caddy
+def test_datasette_under_data(stack):
+    r = requests.get(stack["edge"] + "/data/site/pages.json?_shape=array&_size=5", timeout=30)
+    assert r.status_code == 200 and len(r.json()) == 5 and "path" in r.json()[0]
+    page = requests.get(stack["edge"] + "/data/site/pages", timeout=30).text
+    assert 'href="/data/site/pages' in page  # links carry the /data/ prefix
+    hidden = requests.get(stack["edge"] + "/data/site", timeout=30).text
+    assert "job_runs" not in hidden.split("hidden tables")[0]
+    canned = requests.get(stack["edge"] + "/data/site/writing_by_year.json?_shape=array", timeout=30).json()
+    assert canned and {"year", "posts"} <= set(canned[0])
+    write = requests.post(stack["edge"] + "/data/site/-/query", data={"sql": "delete from pages"}, timeout=30)
+    assert write.status_code in (400, 403, 404, 405)
+    assert requests.get(stack["edge"] + "/data/site.db", timeout=30).status_code in (403, 404)
+
+
+@needs_caddy
+def test_images_are_static_with_a_long_cache(stack):
+    r = requests.get(stack["edge"] + "/images/probe.txt", timeout=30)
+    assert r.status_code == 200 and r.text == "static file\n"
+    assert "immutable" in r.headers["Cache-Control"]
+
+
+@needs_caddy
+def test_access_log_is_json_lines(stack):
+    requests.get(stack["edge"] + "/about", headers={"User-Agent": "GPTBot/1.2"}, timeout=30)
+    log = stack["tmp"] / "access.log"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "GPTBot" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.2)
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    bot = [e for e in entries if "GPTBot/1.2" in e["request"]["headers"].get("User-Agent", [""])[0]]
+    assert bot and bot[-1]["request"]["uri"] == "/about" and bot[-1]["status"] == 200
+
+
+@needs_caddy
+def test_jobs_scheduler_is_running(stack):
+    assert stack["proc"].poll() is None
+    r = requests.get(f"http://127.0.0.1:{stack['SITE_PORT']}/", timeout=30)
+    assert r.status_code == 200
