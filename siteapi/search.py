@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import threading
 
 from siteapi.web import ApiError, clamp_int
 
@@ -29,15 +30,16 @@ def terms(query: str) -> list[str]:
     return list(dict.fromkeys(kept or tokens))
 
 
-def snippet(text: str, words: list[str]) -> str:
+def stems_pattern(words: list[str]) -> re.Pattern:
+    """Matches the start of any term's stem at a word boundary, in lowercase text."""
+    stems = sorted({w[: max(4, len(w) - 3)] if len(w) > 5 else w for w in words}, key=len, reverse=True)
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, stems)) + ")")
+
+
+def snippet(text: str, pattern: re.Pattern) -> str:
     """220 chars starting 70 before the earliest match of a term (or its stem), with … on cut sides."""
-    positions = []
-    for word in words:
-        stem = word[: max(4, len(word) - 3)] if len(word) > 5 else word
-        match = re.search(r"\b" + re.escape(stem), text, re.I)
-        if match:
-            positions.append(match.start())
-    start = max(0, min(positions) - SNIPPET_BEFORE) if positions else 0
+    match = pattern.search(text.lower())
+    start = max(0, match.start() - SNIPPET_BEFORE) if match else 0
     end = min(len(text), start + SNIPPET_LENGTH)
     piece = text[start:end].strip()
     return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")
@@ -47,12 +49,30 @@ def fts_match(words: list[str]) -> str:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
+_cache = threading.local()
+CACHE_SIZE = 512
+
+
 def search(conn: sqlite3.Connection, q: str, limit: int, base_url: str) -> dict:
-    """SearchResults for `q`: total before the limit, ranked rows with kind and snippet."""
+    """SearchResults for `q`, from this thread's cache while site.db has not changed since."""
     words = terms(q)
     query = q[:MAX_QUERY]
     if not words:
         return {"query": query, "total": 0, "returned": 0, "results": []}
+    # data_version moves whenever another connection (a job) commits, so a hit is never stale.
+    version = conn.execute("PRAGMA data_version").fetchone()[0]
+    cache = getattr(_cache, "entries", None)
+    if cache is None or getattr(_cache, "version", None) != (id(conn), version) or len(cache) > CACHE_SIZE:
+        cache = _cache.entries = {}
+        _cache.version = (id(conn), version)
+    key = (tuple(words), limit, base_url)
+    if key not in cache:
+        cache[key] = rank(conn, words, limit, base_url)
+    return {"query": query, **cache[key]}
+
+
+def rank(conn: sqlite3.Connection, words: list[str], limit: int, base_url: str) -> dict:
+    """Total before the limit and the ranked rows with kind and snippet."""
     match = fts_match(words)
     total = conn.execute("SELECT count(*) FROM pages_fts WHERE pages_fts MATCH ?", (match,)).fetchone()[0]
     rows = conn.execute(
@@ -61,18 +81,19 @@ def search(conn: sqlite3.Connection, q: str, limit: int, base_url: str) -> dict:
         " ORDER BY score DESC, p.path LIMIT ?",
         (match, limit),
     ).fetchall()
+    pattern = stems_pattern(words)
     results = [
         {
             "url": base_url + row["path"],
             "title": row["title"],
             "kind": row["kind"],
             "description": row["description"],
-            "snippet": snippet(row["text"], words),
+            "snippet": snippet(row["text"], pattern),
             "score": round(row["score"], 4),
         }
         for row in rows
     ]
-    return {"query": query, "total": total, "returned": len(results), "results": results}
+    return {"total": total, "returned": len(results), "results": results}
 
 
 def search_endpoint(conn: sqlite3.Connection, params, base_url: str) -> dict:
