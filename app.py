@@ -5,7 +5,6 @@ in waitress on a loopback port.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -17,7 +16,7 @@ from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import markdown
 from siteapi.ratelimit import RateLimiter
 from siteapi.search import search_endpoint
-from siteapi.web import DOC_CACHE, NO_STORE, ApiError, Reply, Site, params, wants_markdown
+from siteapi.web import DOC_CACHE, ApiError, Reply, Site, params, wants_markdown
 
 
 def make_app(settings: Settings) -> Site:

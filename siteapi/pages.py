@@ -147,5 +147,5 @@ def render_error(settings, fmt: str, body: dict, path: str) -> tuple[str, str]:
     items = "".join(f'<li><a href="{html.escape(u)}">{html.escape(u)}</a></li>' for u in links)
     content = (f"<p>{html.escape(body['error'])}</p>"
                + (f"<p>Perhaps you meant:</p><ul>{items}</ul>" if items else "")
-               + f'<p>Or start from the <a href="/">home page</a> or the <a href="/sitemap.xml">sitemap</a>.</p>')
+               + '<p>Or start from the <a href="/">home page</a> or the <a href="/sitemap.xml">sitemap</a>.</p>')
     return "text/html; charset=utf-8", html_page(settings, "Not found", body["error"], content, path, None)

@@ -5,7 +5,6 @@ import xml.etree.ElementTree as ET
 
 import html5lib
 import pytest
-import yaml
 from openapi_spec_validator import validate
 
 from siteapi import tokens
