@@ -11,15 +11,21 @@ import sys
 
 import bottle
 
-from siteapi import db, openapi, pages
+from siteapi import ask, db, openapi, pages, photos
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import markdown
+from siteapi.feeds import around, coffee, ledger, tracks
+from siteapi.lens import observe
+from siteapi.lens.fetch import Fetcher, fetcher_from_settings
+from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter
 from siteapi.search import search_endpoint
-from siteapi.web import DOC_CACHE, ApiError, Reply, Site, params, wants_markdown
+from siteapi.web import DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, caller, params, wants_markdown
 
 
-def make_app(settings: Settings) -> Site:
+def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
+    """The site; `fetcher` replaces the lens's production fetcher (tests aim it at loopback sites)."""
+    fetcher = fetcher or fetcher_from_settings(settings)
     limiter = RateLimiter(settings.rates, settings.rate_storage)
     site = Site(settings, limiter, lambda fmt, body, path: pages.render_error(settings, fmt, body, path))
 
@@ -42,6 +48,56 @@ def make_app(settings: Settings) -> Site:
         if row is None:
             raise ApiError(404, "No resume is published yet.", code="not_found")
         return Reply(row["body"], cache="public, max-age=0, must-revalidate, s-maxage=86400")
+
+    def ask_site():
+        method = bottle.request.method.upper()
+        status, headers, result = ask.handle(
+            method, params(), body(ask.MAX_BODY) if method == "POST" else None, bottle.request.content_type,
+            settings, conn(), lambda: limiter.hit("ask_model", caller()).allowed)
+        cache = headers.pop("Cache-Control")
+        return Reply(result, status=status, content_type=headers.pop("Content-Type", "application/json"),
+                     headers=headers, cache=cache)
+
+    # -- the photo archive -------------------------------------------------------------------------
+    def photo_query():
+        return photos.query(conn(), settings, params())
+
+    def photo_manifest():
+        return photos.manifest(conn(), settings)
+
+    def image_file(path):
+        # Caddy serves /images/ in production; this serves the same files when the app runs alone.
+        full = path.startswith("full/")
+        root = settings.photos_dir if full else settings.images_dir
+        if full and not settings.originals_public:
+            raise ApiError(404, "Originals are not published on this site.", code="not_found")
+        found = bottle.static_file(path[5:] if full else path, root=str(root))
+        if found.status_code >= 400:
+            raise ApiError(404, f"There is no image at /images/{path}.", code="not_found")
+        kept = ("Content-Length", "Last-Modified", "ETag", "Accept-Ranges", "Content-Range")
+        return Reply(found.body, status=found.status_code, content_type=found.content_type,
+                     headers={k: v for k, v in found.headers.items() if k in kept})
+
+    # -- live feeds (stored by jobs.py, served from site.db) ----------------------------------------
+    def now_playing():
+        return tracks.now_playing(settings)[1]
+
+    def neighborhood():
+        return Reply(around.report(conn()), headers={"X-Robots-Tag": "noindex"})
+
+    def change_radar():
+        return around.changes(conn(), params().get("limit", 50))
+
+    def coffee_slots():
+        return coffee.availability(conn(), settings)[1]
+
+    def crawl_ledger():
+        return ledger.ledger(conn(), settings)[1]
+
+    # -- the lens ------------------------------------------------------------------------------------
+    def lens_fetch():
+        query = params()
+        return observe.inspect(query.get("url"), settings, query.get("phases") or None, fetcher=fetcher)
 
     # -- documents for agents --------------------------------------------------------------------
     def openapi_json():
@@ -93,7 +149,21 @@ def make_app(settings: Settings) -> Site:
 
     R = site.route
     R("/search.json", search)
+    R("/ask", ask_site, methods=("GET", "POST"), cache=NO_STORE)
     R("/resume.json", resume)
+    R("/photos/query.json", photo_query)
+    R("/images/manifest.json", photo_manifest)
+    R("/images/<path:path>", image_file, cache="public, max-age=31536000, immutable")
+    R("/rn/tracks", now_playing, cache="public, max-age=3600, s-maxage=3600")
+    R("/around/json", neighborhood, cache="public, max-age=60, s-maxage=300")
+    R("/around/changes.json", change_radar, cache="public, max-age=60, s-maxage=300")
+    R("/coffee/availability.json", coffee_slots, options=False, cache="public, max-age=0, s-maxage=30")
+    R("/ledger.json", crawl_ledger)
+    R("/lens/fetch", lens_fetch, policy="inspect", cache=NO_STORE)
+    mcp = McpServer(site, settings, fetcher=fetcher)
+    R("/mcp", mcp.handle, methods=("POST",), cache=NO_STORE)
+    R("/mcp/server-card", mcp.draft_card_reply)
+    R("/.well-known/mcp/server-card.json", mcp.scanner_card_reply)
     R("/openapi.json", openapi_json)
     R("/.well-known/api-catalog", api_catalog)
     R("/llms.txt", llms_txt)

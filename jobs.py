@@ -18,6 +18,11 @@ from typing import Callable
 from siteapi import db
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import run_content
+from siteapi.feeds.around import run_around
+from siteapi.feeds.coffee import run_calendar
+from siteapi.feeds.ledger import run_ledger
+from siteapi.feeds.tracks import run_tracks
+from siteapi.ingest import run_photos
 
 log = logging.getLogger("jobs")
 
@@ -31,14 +36,20 @@ class Job:
 
 JOBS: dict[str, Job] = {
     "content": Job(run_content, {"trigger": "interval", "minutes": 10}, "index content/ into pages (FTS5)"),
+    "photos": Job(run_photos, {"trigger": "interval", "minutes": 15},
+                  "ingest new, changed and deleted originals: metadata, recipe cards, thumbnails"),
+    "tracks": Job(run_tracks, {"trigger": "cron", "minute": 7}, "the owner's playlist from the music service"),
+    "around": Job(run_around, {"trigger": "cron", "hour": 5, "minute": 41, "timezone": "UTC"},
+                  "crawl the venture-firm homepages; record changes"),
+    "calendar": Job(run_calendar, {"trigger": "interval", "minutes": 5}, "busy times from the owner's ICS calendar"),
+    "ledger": Job(run_ledger, {"trigger": "interval", "minutes": 10}, "count AI-crawler visits in Caddy's access log"),
 }
 
 
 def run_job(settings: Settings, name: str) -> tuple[bool, str]:
     """Run one job, recording it in job_runs; returns (ok, summary or error)."""
-    conn = db.connect(settings.db_path)
+    conn = db.writer(settings.db_path)
     try:
-        db.ensure_schema(conn)
         run_id = db.start_job_run(conn, name)
         started = time.monotonic()
         try:

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from markdown_it import MarkdownIt
 
-from siteapi import db
+from siteapi import db, ranker
 
 KINDS = ("page", "writing", "document", "utility")
 
@@ -169,9 +169,8 @@ def run_content(settings) -> str:
     except ContentError as exc:
         errors.append(str(exc))
         resume = None
-    conn = db.connect(settings.db_path)
+    conn = db.writer(settings.db_path)
     try:
-        db.ensure_schema(conn)
         stored = {r["path"]: (r["hash"], r["source"]) for r in conn.execute("SELECT path, hash, source FROM pages")}
         wanted = {p.path: p for p in pages}
         changed = [p for p in pages if stored.get(p.path, (None,))[0] != p.hash]
@@ -195,7 +194,9 @@ def run_content(settings) -> str:
                     " ON CONFLICT(name) DO UPDATE SET body=excluded.body, hash=excluded.hash",
                     (resume, hashlib.sha256(resume.encode()).hexdigest()),
                 )
-        summary = f"{len(pages)} pages: {len(changed)} added or changed, {len(gone)} removed, {len(errors)} failed"
+        embedded = ranker.refresh_page_vectors(conn, settings)
+        summary = (f"{len(pages)} pages: {len(changed)} added or changed, {len(gone)} removed, {len(errors)} failed;"
+                   f" {embedded} page vectors computed")
     finally:
         conn.close()
     if errors:

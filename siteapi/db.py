@@ -17,7 +17,11 @@ from pathlib import Path
 BUSY_TIMEOUT_MS = 5000
 
 # Modules whose SCHEMA string defines tables in site.db (each area adds itself here).
-SCHEMA_MODULES = ("siteapi.db", "siteapi.content")
+SCHEMA_MODULES = (
+    "siteapi.db", "siteapi.content", "siteapi.ranker", "siteapi.photos",
+    "siteapi.feeds.tracks", "siteapi.feeds.around", "siteapi.feeds.coffee", "siteapi.feeds.ledger",
+    "siteapi.lens.vault",
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS job_runs (
@@ -74,6 +78,13 @@ def transaction(conn: sqlite3.Connection):
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def writer(path: str | Path) -> sqlite3.Connection:
+    """A read-write connection with every area's tables in place (autocommit; see `transaction`)."""
+    conn = connect(path)
+    ensure_schema(conn)
+    return conn
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:

@@ -70,7 +70,11 @@ def catalog(settings) -> dict:
 
 
 def curl_example(settings, path: str, method: str, op: dict) -> str:
-    query = {p["name"]: p["example"] for p in op.get("parameters", []) if p.get("in") == "query" and "example" in p}
+    params = [p for p in op.get("parameters", []) if "example" in p]
+    query = {p["name"]: p["example"] for p in params if p["in"] == "query"}
+    for p in params:
+        if p["in"] == "path":
+            path = path.replace("{" + p["name"] + "}", str(p["example"]))
     url = settings.url(path) + ("?" + urlencode(query) if query else "")
     body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("example")
     if method == "post" and body is not None:

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from siteapi import db
+from siteapi import db, demo_photos
 from siteapi.config import ROOT, SettingsError, load_settings
 
 DATASETTE_SETTINGS = {
@@ -27,23 +27,27 @@ DATASETTE_SETTINGS = {
 
 def datasette_command(db_path: Path, port: int) -> list[str]:
     cmd = [sys.executable, "-m", "datasette", "serve", str(db_path), "--host", "127.0.0.1", "--port", str(port),
-           "--metadata", str(ROOT / "metadata.yml")]
+           "--metadata", str(ROOT / "metadata.yml"), "--plugins-dir", str(ROOT / "plugins")]
     for key, value in DATASETTE_SETTINGS.items():
         cmd += ["--setting", key, value]
     return cmd
 
 
 def first_run(settings) -> None:
-    """Build what a fresh clone lacks: the index of content/ (and every other job's first data)."""
-    conn = db.connect(settings.db_path)
+    """Build what a fresh clone lacks: the demo photo originals, the page index, the photo archive."""
+    if not settings.photos_dir.exists() or not any(settings.photos_dir.iterdir()):
+        print(f"First run: generating the demo photos in {settings.photos_dir} ...", flush=True)
+        demo_photos.generate(settings.photos_dir)
+    conn = db.writer(settings.db_path)
     try:
-        db.ensure_schema(conn)
-        empty = conn.execute("SELECT count(*) FROM pages").fetchone()[0] == 0
+        missing = [table for table in ("pages", "photos")
+                   if conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0]
     finally:
         conn.close()
-    if empty:
-        print("First run: building site.db from content/ ...", flush=True)
-        subprocess.run([sys.executable, "jobs.py", "run", "content"], cwd=ROOT, check=False)
+    for table, job in (("pages", "content"), ("photos", "photos")):
+        if table in missing:
+            print(f"First run: python jobs.py run {job} ...", flush=True)
+            subprocess.run([sys.executable, "jobs.py", "run", job], cwd=ROOT, check=False)
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 from urllib.parse import parse_qsl
 
 import bottle
@@ -243,9 +243,9 @@ class Site:
             body = {"ok": False, **body}
         body.setdefault("docs", self.settings.url(DOCS_PATH))
         response.status = exc.status
+        response.set_header("Cache-Control", NO_STORE)
         for name, value in exc.headers.items():
             response.set_header(name, value)
-        response.set_header("Cache-Control", NO_STORE)
         fmt = error_format(request.path, request.headers.get("Accept", "")) if exc.status == 404 else "json"
         if fmt == "json":
             response.content_type = "application/json"
@@ -263,8 +263,3 @@ class Site:
             ("Cache-Control", NO_STORE), ("Access-Control-Allow-Origin", "*"), ("Link", self.link_header)])
         return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
 
-
-def sse(events: Iterator[str]) -> Reply:
-    """An event stream reply: sent frame by frame, never buffered by a proxy."""
-    return Reply(events, content_type="text/event-stream; charset=utf-8",
-                 headers={"X-Accel-Buffering": "no"}, cache="no-cache")

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jobs  # noqa: E402
 from app import make_app  # noqa: E402
 from servers import serve_wsgi  # noqa: E402
-from siteapi import openapi  # noqa: E402
+from siteapi import demo_photos, openapi  # noqa: E402
 from siteapi.config import RatePolicy, load_settings  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
@@ -34,9 +34,13 @@ def make_settings(tmp: Path, **changes):
     return dataclasses.replace(base, **values)
 
 
-def build_site(settings) -> None:
-    ok, summary = jobs.run_job(settings, "content")
-    assert ok, summary
+def build_site(settings, photos: bool = False) -> None:
+    """Index content/ (with page vectors) and, with `photos`, ingest the generated demo photos."""
+    if photos:
+        demo_photos.generate(settings.photos_dir)
+    for job in ("content", "photos") if photos else ("content",):
+        ok, summary = jobs.run_job(settings, job)
+        assert ok, summary
 
 
 class OpenApiChecker:
@@ -108,7 +112,7 @@ class Client:
 @pytest.fixture(scope="session")
 def site_settings(tmp_path_factory):
     settings = make_settings(tmp_path_factory.mktemp("site"))
-    build_site(settings)
+    build_site(settings, photos=True)
     return settings
 
 

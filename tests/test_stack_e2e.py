@@ -63,7 +63,7 @@ def stack(tmp_path_factory):
     try:
         wait_for(edge + "/robots.txt", timeout=120)
         wait_for(edge + "/data/", timeout=60)
-        yield {"edge": edge, "tmp": tmp, "proc": proc, **ports}
+        yield {"edge": edge, "tmp": tmp, "proc": proc, "env": env, **ports}
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -114,6 +114,23 @@ def test_images_are_static_with_a_long_cache(stack):
 
 
 @needs_caddy
+def test_photo_archive_through_the_edge(stack):
+    manifest = requests.get(stack["edge"] + "/images/manifest.json", timeout=30).json()
+    assert manifest["count"] >= 24  # the demo set `make run` generates on first run
+    thumb = manifest["photos"][0]["thumb_small"]
+    path = "/images/" + thumb.rsplit("/images/", 1)[1]
+    r = requests.get(stack["edge"] + path, timeout=30)
+    assert r.status_code == 200 and r.headers["Content-Type"] == "image/jpeg" and "immutable" in r.headers["Cache-Control"]
+    original = requests.get(stack["edge"] + "/images/full/" + manifest["photos"][0]["full"].rsplit("/", 1)[1], timeout=30)
+    assert original.status_code == 200
+    table = requests.get(stack["edge"] + "/data/site/photos", timeout=30).text
+    assert '<img src="/images/' in table  # the thumbnail plugin
+    facets = requests.get(stack["edge"] + "/data/site/photos.json?_size=0", timeout=30).json()["facet_results"]
+    facet_names = set(facets["results"] if "results" in facets else facets)
+    assert {"camera", "lens", "film", "year"} <= facet_names
+
+
+@needs_caddy
 def test_access_log_is_json_lines(stack):
     requests.get(stack["edge"] + "/about", headers={"User-Agent": "GPTBot/1.2"}, timeout=30)
     log = stack["tmp"] / "access.log"
@@ -123,6 +140,24 @@ def test_access_log_is_json_lines(stack):
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     bot = [e for e in entries if "GPTBot/1.2" in e["request"]["headers"].get("User-Agent", [""])[0]]
     assert bot and bot[-1]["request"]["uri"] == "/about" and bot[-1]["status"] == 200
+
+
+@needs_caddy
+def test_ledger_reads_the_real_caddy_log(stack):
+    for _ in range(3):
+        requests.get(stack["edge"] + "/writing/llms-txt", headers={"User-Agent": "Mozilla/5.0 (compatible; ClaudeBot/1.0)"},
+                     timeout=30)
+    requests.get(stack["edge"] + "/about", headers={"User-Agent": "Mozilla/5.0 Firefox/140.0"}, timeout=30)
+    log = stack["tmp"] / "access.log"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and log.read_text().count("ClaudeBot") < 3:
+        time.sleep(0.2)
+    out = subprocess.run([sys.executable, "jobs.py", "run", "ledger"], cwd=ROOT, env=stack["env"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    body = requests.get(stack["edge"] + "/ledger.json", timeout=30).json()
+    hits = {item["bot"]: item["hits"] for item in body["line_items"]}
+    assert hits["claudebot"] == 3 and body["total_hits"] >= 3
 
 
 @needs_caddy

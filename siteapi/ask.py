@@ -1,0 +1,366 @@
+"""/ask: NLWeb questions in both dialects, ranked by the local model with a lexical fallback.
+
+Owns the request rules (query-string "legacy" dialect and the v0.55 JSON-body dialect, where body
+fields win), the ranking decision (model, or lexical with the reason: rate-limited, timeout,
+model-unavailable), the AskResponse/AskResult shapes, and the two event-stream shapes: the
+late-2025 legacy frames (begin-nlweb-response / result / end-nlweb-response) and the v0.55 named
+events (start / result / complete). Streams are generators: the first frame goes out before any
+ranking work, each result frame is built when it is sent, and a client that disconnects stops
+the generator, so it costs nothing further.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import sqlite3
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
+from urllib.parse import parse_qsl
+
+import numpy as np
+
+from siteapi import ranker, search
+from siteapi.web import ApiError, clamp_int
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.55"
+MAX_BODY = 64 * 1024
+MAX_PREV = 10
+TOP_K_DEFAULT, TOP_K_MAX = 10, 50
+MODES_SUPPORTED = ["list"]
+MODES_UNSERVED = ("summarize", "generate")
+FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+SCHEMA_TYPES = {"page": "WebPage", "writing": "BlogPosting", "document": "DigitalDocument", "utility": "WebAPI"}
+SCHEMA_DESCRIPTION_CHARS = 300
+JSON_HEADERS = {"Cache-Control": "no-store"}
+STREAM_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
+                  "X-Accel-Buffering": "no"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+@dataclass
+class AskRequest:
+    dialect: str  # "legacy" or "0.55"
+    query: str
+    query_id: str
+    streaming: bool = True
+    top_k: int = TOP_K_DEFAULT
+    prev: list[str] = field(default_factory=list)
+    decontextualized_query: str | None = None
+
+
+@dataclass
+class Ranking:
+    ranking: str     # _meta.ranking: "model:<name>" or "lexical:<reason>"
+    retrieval: str   # _meta.retrieval
+    searched: str    # reported as decontextualized_query
+    total: int
+    results: Iterator[dict]  # AskResult dicts, built one at a time
+
+
+def handle(method: str, query: Mapping[str, str], body: bytes | None, content_type: str | None, settings,
+           conn: sqlite3.Connection, model_allowed: Callable[[], bool]) -> tuple[int, dict[str, str], dict | Iterator[str]]:
+    """Answer one /ask request: (200, headers, AskResponse dict) or (200, headers, SSE text chunks).
+    Raises ApiError 400 (a parameter or the body is wrong; `parameter` names it) or 501 (mode).
+    `model_allowed()` spends one unit of the caller's model budget and says whether it was left."""
+    request = parse_request(method, query, body, content_type, settings)
+    if not request.streaming:
+        ranked = rank_question(request, settings, conn, model_allowed)
+        results = list(ranked.results)
+        return 200, dict(JSON_HEADERS), {
+            "query_id": request.query_id,
+            "query": request.query,
+            "site": settings.site_host,
+            "mode": "list",
+            "decontextualized_query": ranked.searched,
+            "total": ranked.total,
+            "results": results,
+            "_meta": meta(request, ranked),
+        }
+    stream = legacy_stream if request.dialect == "legacy" else structured_stream
+    return 200, dict(STREAM_HEADERS), stream(request, settings, conn, model_allowed)
+
+
+# --- request parsing --------------------------------------------------------------------------
+
+def _bad(parameter: str, sentence: str, query_id: str) -> ApiError:
+    return ApiError(400, sentence, code="invalid_parameter", parameter=parameter, query_id=query_id, results=[])
+
+
+def _clean(text: str) -> str:
+    return _CONTROL.sub(" ", text).strip()
+
+
+def _split_prev(raw: str) -> list[str]:
+    """`prev` from a query string: a JSON array of strings, or comma-separated with [] stripped."""
+    raw = raw.strip()
+    if raw.startswith("["):
+        try:
+            items = json.loads(raw)
+            if isinstance(items, list) and all(isinstance(i, str) for i in items):
+                return items
+        except ValueError:
+            pass
+        raw = raw[1:-1] if raw.endswith("]") else raw[1:]
+    return [item.strip().strip("\"'") for item in raw.split(",")]
+
+
+def _prev_list(items: list[str]) -> list[str]:
+    return [text for text in (_clean(i) for i in items) if text][:MAX_PREV]
+
+
+def parse_request(method: str, query: Mapping[str, str], body: bytes | None, content_type: str | None,
+                  settings) -> AskRequest:
+    """The request in either dialect, every rule of API.md §4.2/4.3 applied; raises ApiError."""
+    params = {k: str(v) for k, v in query.items()}
+    query_id = _clean(params.get("query_id", "")) or str(uuid.uuid4())
+    fields: dict = {}       # legacy-named values from the body (they win over the query string)
+    dialect = "legacy"
+    if method == "POST" and body is not None and body.strip():
+        if len(body) > MAX_BODY:
+            raise _bad("body", f"The request body is {len(body)} bytes; send at most {MAX_BODY} bytes of JSON.", query_id)
+        ctype = (content_type or "").split(";")[0].strip().lower()
+        if ctype == "application/x-www-form-urlencoded" and not body.lstrip().startswith(b"{"):
+            fields = dict(parse_qsl(body.decode("utf-8", "replace")))
+        else:
+            data = _json_object(body, query_id)
+            if isinstance(data.get("query"), dict):
+                dialect = "0.55"
+                fields = _structured_fields(data, query_id)
+            else:
+                fields = _legacy_body_fields(data, query_id)
+        if isinstance(fields.get("query_id"), str) and _clean(fields["query_id"]):
+            query_id = _clean(fields["query_id"])
+
+    def value(name: str):
+        return fields[name] if name in fields else params.get(name)
+
+    question = _clean(value("query") or "")
+    if not question:
+        where = "query.text in the JSON body" if dialect == "0.55" else "the query parameter"
+        raise _bad("query", f"A question is required: send it as {where}, e.g. /ask?query=how+do+I+rebuild+a+carburetor.", query_id)
+
+    mode = str(value("mode") or "list").strip().lower()
+    if mode in MODES_UNSERVED:
+        raise ApiError(501, f"Mode {mode} is not served: this site returns ranked pages only; send mode=list.",
+                       code="mode_not_supported", parameter="mode", supported_modes=MODES_SUPPORTED,
+                       query_id=query_id, results=[])
+    if mode not in MODES_SUPPORTED:
+        raise _bad("mode", f"Mode {mode!r} is unknown; send mode=list (summarize and generate are not served).", query_id)
+
+    site = str(value("site") or "").strip().lower().rstrip("/")
+    if site not in ("", "all", settings.site_host, "https://" + settings.site_host):
+        raise _bad("site", f"Site {site!r} is not served here; send site={settings.site_host} or leave it out.", query_id)
+
+    streaming = value("streaming")
+    if isinstance(streaming, str):
+        streaming = streaming.strip().lower() not in FALSE_WORDS
+    top_k = value("top_k")
+    if top_k is None or (isinstance(top_k, str) and not top_k.strip()):
+        top_k = value("limit")
+    prev = value("prev")
+    if isinstance(prev, str):
+        prev = _split_prev(prev)
+    decontextualized = _clean(value("decontextualized_query") or "")
+    return AskRequest(
+        dialect=dialect,
+        query=question,
+        query_id=query_id,
+        streaming=True if streaming is None else bool(streaming),
+        top_k=clamp_int(top_k, TOP_K_DEFAULT, 1, TOP_K_MAX),
+        prev=_prev_list(prev or []),
+        decontextualized_query=decontextualized or None,
+    )
+
+
+def _json_object(body: bytes, query_id: str) -> dict:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _bad("body", f"The request body is not valid JSON ({exc}); send a JSON object such as "
+                           '{"query": {"text": "your question"}}.', query_id) from None
+    if not isinstance(data, dict):
+        raise _bad("body", 'The request body must be a JSON object such as {"query": {"text": "your question"}}, '
+                           f"not a JSON {type(data).__name__}.", query_id)
+    return data
+
+
+_JSON_TYPES = {str: "a string", bool: "true or false", list: "an array of strings", dict: "an object", int: "an integer"}
+
+
+def _typed(container: dict, key: str, kinds: tuple, name: str, query_id: str):
+    """container[key] when it has one of `kinds` (None when absent); otherwise a 400 naming `name`."""
+    if key not in container or container[key] is None:
+        return None
+    item = container[key]
+    if int in kinds and isinstance(item, float) and item.is_integer():
+        item = int(item)
+    if not isinstance(item, kinds) or (isinstance(item, bool) and bool not in kinds):
+        wanted = " or ".join(_JSON_TYPES[k] for k in kinds)
+        raise _bad(name, f"Field {name} must be {wanted}, not {json.dumps(item)[:60]}.", query_id)
+    if isinstance(item, list) and not all(isinstance(i, str) for i in item):
+        raise _bad(name, f"Field {name} must be an array of strings.", query_id)
+    return item
+
+
+def _legacy_body_fields(data: dict, query_id: str) -> dict:
+    """A JSON body whose `query` is not an object: the query-string parameters, as body fields."""
+    if "query" in data and data["query"] is not None and not isinstance(data["query"], str):
+        raise _bad("query", 'Field query must be a string, or an object {"text": "..."} for the v0.55 dialect.', query_id)
+    fields = {}
+    for key in ("query", "mode", "site", "decontextualized_query", "query_id"):
+        fields[key] = _typed(data, key, (str,), key, query_id)
+    fields["streaming"] = _typed(data, "streaming", (bool, str), "streaming", query_id)
+    for key in ("top_k", "limit"):
+        fields[key] = _typed(data, key, (int, str), key, query_id)
+    fields["prev"] = _typed(data, "prev", (list, str), "prev", query_id)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _structured_fields(data: dict, query_id: str) -> dict:
+    """The v0.55 body (`query{text, site}`, `prefer{streaming, mode}`, `context{prev}`, `query_id`,
+    `top_k`) mapped onto the legacy names."""
+    question = data["query"]
+    if question.get("text") is not None and not isinstance(question["text"], str):
+        raise _bad("query", "Field query.text must be a string: the question.", query_id)
+    fields = {
+        "query": question.get("text") or "",
+        "site": _typed(question, "site", (str,), "query.site", query_id),
+        "decontextualized_query": _typed(question, "decontextualized_query", (str,), "query.decontextualized_query", query_id),
+        "query_id": _typed(data, "query_id", (str,), "query_id", query_id),
+        "top_k": _typed(data, "top_k", (int,), "top_k", query_id),
+    }
+    prefer = _typed(data, "prefer", (dict,), "prefer", query_id) or {}
+    fields["streaming"] = _typed(prefer, "streaming", (bool,), "prefer.streaming", query_id)
+    fields["mode"] = _typed(prefer, "mode", (str,), "prefer.mode", query_id)
+    context = _typed(data, "context", (dict,), "context", query_id) or {}
+    fields["prev"] = _typed(context, "prev", (list,), "context.prev", query_id)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+# --- ranking ----------------------------------------------------------------------------------
+
+def rank_question(request: AskRequest, settings, conn: sqlite3.Connection,
+                  model_allowed: Callable[[], bool]) -> Ranking:
+    """Rank with the model when it is loaded, has page vectors, the caller has budget left and the
+    question embeds within its deadline; otherwise lexically, naming the reason."""
+    config = ranker.RankerSettings.from_settings(settings)
+    searched = request.decontextualized_query or request.query
+    prev = [] if request.decontextualized_query else request.prev
+    model = ranker.load_model(config)
+    matrix = ranker.page_matrix(conn) if model is not None else None
+    if model is None or not matrix.paths:
+        reason = "model-unavailable"
+    elif not model_allowed():
+        reason = "rate-limited"
+    else:
+        try:
+            vector = ranker.embed_question(model, searched, prev, config)
+        except ranker.EmbeddingTimeout as exc:
+            log.info("ask: %s; ranking lexically", exc)
+            reason = "timeout"
+        else:
+            probabilities = ranker.rank(vector, matrix.vectors, config.temperature, config.none_cosine)
+            order = np.argsort(-probabilities[:-1], kind="stable")[: request.top_k]
+            hits = [(matrix.paths[i], math.floor(float(probabilities[i]) * 100)) for i in order]
+            reported = f"{searched} (in the context of: {'; '.join(prev)})" if prev else searched
+            return Ranking(f"model:{ranker.MODEL_NAME}", "embedding", reported, len(matrix.paths),
+                           _model_results(hits, searched, settings, conn))
+    found = search.search(conn, searched, request.top_k, settings.public_base_url)
+    return Ranking(f"lexical:{reason}", "lexical", searched, found["total"], _lexical_results(found, settings))
+
+
+def _model_results(hits: list[tuple[str, int]], searched: str, settings, conn: sqlite3.Connection) -> Iterator[dict]:
+    pattern = search.stems_pattern(search.terms(searched))
+    for path, score in hits:
+        page = conn.execute("SELECT title, description, kind, text FROM pages WHERE path = ?", (path,)).fetchone()
+        if page is None:  # deleted since the vectors were written; the content job drops it next run
+            continue
+        yield result(settings, settings.url(path), page["title"], page["kind"], score,
+                     search.snippet(page["text"], pattern) or page["description"], page["description"])
+
+
+def _lexical_results(found: dict, settings) -> Iterator[dict]:
+    """Lexical scores scaled so the best match is 100 and every result at least 1."""
+    best = max((r["score"] for r in found["results"]), default=1.0) or 1.0
+    for row in found["results"]:
+        score = max(1, min(100, round(100 * row["score"] / best)))
+        yield result(settings, row["url"], row["title"], row["kind"], score,
+                     row.get("snippet") or row.get("description") or "", row.get("description") or "")
+
+
+def result(settings, url: str, name: str, kind: str, score: int, snippet: str, description: str) -> dict:
+    """One AskResult: extractive `description` (a snippet of the page) and its schema.org node."""
+    return {
+        "url": url,
+        "name": name,
+        "site": settings.site_host,
+        "score": score,
+        "description": snippet,
+        "schema_object": {
+            "@context": "https://schema.org",
+            "@type": SCHEMA_TYPES.get(kind, "WebPage"),
+            "@id": url,
+            "url": url,
+            "name": name,
+            "description": (description or snippet)[:SCHEMA_DESCRIPTION_CHARS],
+            "isPartOf": settings.public_base_url + "/#website",
+        },
+    }
+
+
+def meta(request: AskRequest, ranked: Ranking) -> dict:
+    return {
+        "version": VERSION,
+        "dialect": request.dialect,
+        "retrieval": ranked.retrieval,
+        "ranking": ranked.ranking,
+        "description": "extractive",
+        "modes_supported": MODES_SUPPORTED,
+    }
+
+
+# --- streams ----------------------------------------------------------------------------------
+
+def _data(payload: dict, event: str | None = None) -> str:
+    line = "data: " + json.dumps(payload, ensure_ascii=False) + "\n\n"
+    return f"event: {event}\n{line}" if event else line
+
+
+def legacy_stream(request: AskRequest, settings, conn, model_allowed) -> Iterator[str]:
+    """Late-2025 NLWeb frames: keep-alive comment, begin, one `result` frame per page, end."""
+    ids = {"conversation_id": request.query_id, "query_id": request.query_id}
+    yield ": keep-alive\n\n"
+    yield _data({"message_type": "begin-nlweb-response", **ids, "query": request.query})
+    try:
+        ranked = rank_question(request, settings, conn, model_allowed)
+        for item in ranked.results:
+            yield _data({"message_type": "result", **ids, "content": [{"@type": "Item", **item}]})
+    except Exception:
+        log.exception("ask stream failed for %r", request.query)
+        yield _data({"message_type": "end-nlweb-response", **ids, "error": True,
+                     "message": "Ranking failed on the server; try again in a moment."})
+        return
+    yield _data({"message_type": "end-nlweb-response", **ids, "decontextualized_query": ranked.searched,
+                 "total": ranked.total, "_meta": meta(request, ranked)})
+
+
+def structured_stream(request: AskRequest, settings, conn, model_allowed) -> Iterator[str]:
+    """v0.55 named events: `start`, one `result` {index, item} per page, `complete`."""
+    yield _data({"_meta": {"version": VERSION, "response_type": "answer", "mode": "list", "site": settings.site_host},
+                 "streaming": True, "query_id": request.query_id}, "start")
+    try:
+        ranked = rank_question(request, settings, conn, model_allowed)
+        for index, item in enumerate(ranked.results):
+            yield _data({"index": index, "item": item}, "result")
+    except Exception:
+        log.exception("ask stream failed for %r", request.query)
+        yield _data({"error": "Ranking failed on the server; try again in a moment."}, "error")
+        yield _data({"_meta": {"version": VERSION}, "query_id": request.query_id, "error": True}, "complete")
+        return
+    yield _data({"_meta": meta(request, ranked), "query_id": request.query_id,
+                 "decontextualized_query": ranked.searched, "total": ranked.total}, "complete")

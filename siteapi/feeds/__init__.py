@@ -1,0 +1,42 @@
+"""Live feeds: each module owns a job that refreshes site.db from an outside source and a reader.
+
+tracks (the owner's playlist), around (venture-firm homepages and their changes), coffee (open
+coffee slots from the owner's calendar), ledger (AI-crawler visits read from Caddy's access log);
+crawlers is the one registry of AI and search crawlers, shared with the lens.
+"""
+from __future__ import annotations
+
+import time
+
+from siteapi.config import SettingsError
+
+
+class FeedError(RuntimeError):
+    """An outside source could not be read or answered something unusable; the message says which."""
+
+
+def option(settings, key: str, default):
+    """`[feeds] key` from site.toml (or SITE_FEEDS_KEY), coerced to the type of `default`."""
+    raw = settings.section("feeds").get(key, default)
+    if default is None or isinstance(default, (list, dict)) or raw is None:
+        return raw
+    try:
+        if isinstance(default, bool):
+            return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
+        return type(default)(raw)
+    except (TypeError, ValueError):
+        raise SettingsError(f"Setting [feeds] {key} must be like {default!r}, not {raw!r}.") from None
+
+
+def read_capped(response, max_bytes: int, deadline: float, what: str) -> tuple[bytes, bool]:
+    """Read a streamed requests response up to `max_bytes`; (body, truncated). Past `deadline` raise."""
+    chunks, size = [], 0
+    for chunk in response.iter_content(16384):
+        if time.monotonic() > deadline:
+            raise FeedError(f"{what} took longer than its time limit.")
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_bytes:
+            return b"".join(chunks)[:max_bytes], True
+    return b"".join(chunks), False
+

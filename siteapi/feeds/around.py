@@ -1,0 +1,345 @@
+"""The neighborhood: a daily crawl of venture-firm homepages, its latest snapshot and a change radar.
+
+Each firm's robots.txt is asked first (Google's parser, our product token): a 4xx robots.txt
+allows everything, a 5xx or unreachable one skips the firm this run. Allowed homepages are
+fetched 4 at a time with a 4 s limit and a 200 KB body cap, through a `fetch` callable so the
+lens's SSRF-safe fetcher can be plugged in. Per firm and crawl the store keeps head fields and a
+SHA-256 of the bounded body, never the body itself. Change records between consecutive crawls of
+a firm are computed when a crawl is stored; crawls and changes older than 90 days are pruned.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+from urllib.parse import urljoin, urlsplit
+
+import robotstxt
+from selectolax.lexbor import LexborHTMLParser as HTMLParser
+
+from siteapi import db
+from siteapi.feeds import FeedError, option
+from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
+from siteapi.lens.fetch import Fetcher, FetchFailed, FetchRefused, fetcher_from_settings
+from siteapi.web import ApiError, clamp_int
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS around_crawls (
+    id INTEGER PRIMARY KEY,
+    crawled_at TEXT NOT NULL,
+    crawled_by TEXT NOT NULL,
+    target_count INTEGER NOT NULL,
+    elapsed_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS around_results (
+    crawl_id INTEGER NOT NULL REFERENCES around_crawls(id),
+    target TEXT NOT NULL,
+    name TEXT NOT NULL,
+    observed_at TEXT NOT NULL,
+    final_url TEXT,
+    status INTEGER,
+    title TEXT,
+    description TEXT,
+    og_image TEXT,
+    server TEXT,
+    last_modified TEXT,
+    content_type TEXT,
+    body_hash TEXT,
+    bytes_read INTEGER,
+    truncated INTEGER NOT NULL DEFAULT 0,
+    robots TEXT NOT NULL,           -- allow | disallow | unknown
+    robots_rule TEXT,
+    skipped TEXT,                   -- robots | robots_unavailable
+    error TEXT,
+    elapsed_ms INTEGER,
+    PRIMARY KEY (crawl_id, target)
+);
+CREATE INDEX IF NOT EXISTS around_results_target ON around_results(target, crawl_id);
+CREATE TABLE IF NOT EXISTS around_changes (
+    id INTEGER PRIMARY KEY,
+    crawl_id INTEGER NOT NULL,
+    target TEXT NOT NULL,
+    name TEXT NOT NULL,
+    observed_at TEXT NOT NULL,
+    previous_observed_at TEXT NOT NULL,
+    severity TEXT NOT NULL,         -- high | medium | low
+    changes TEXT NOT NULL           -- JSON array of {field, before, after}; bodies never stored
+);
+CREATE INDEX IF NOT EXISTS around_changes_observed ON around_changes(observed_at);
+"""
+
+ROSTER = (
+    ("Paradigm", "https://www.paradigm.xyz/"),
+    ("a16z crypto", "https://a16zcrypto.com/"),
+    ("Polychain", "https://polychain.capital/"),
+    ("Multicoin", "https://multicoin.capital/"),
+    ("Variant", "https://variant.fund/"),
+    ("Dragonfly", "https://www.dragonfly.xyz/"),
+    ("Electric Capital", "https://www.electriccapital.com/"),
+    ("1confirmation", "https://www.1confirmation.com/"),
+    ("Standard", "https://standardcrypto.vc/"),
+    ("USV", "https://www.usv.com/"),
+    ("Archetype", "https://www.archetype.fund/"),
+    ("Pace", "https://www.pacecapital.com/"),
+    ("Thrive", "https://thrivecap.com/"),
+    ("Sequoia", "https://www.sequoiacap.com/"),
+    ("Founders Fund", "https://foundersfund.com/"),
+    ("Hummingbird", "https://www.hummingbird.vc/"),
+    ("Benchmark", "https://www.benchmark.com/"),
+    ("Index Ventures", "https://www.indexventures.com/"),
+    ("Ribbit", "https://ribbitcap.com/"),
+    ("Topology", "https://www.topology.vc/"),
+)
+PRODUCT_TOKEN = "AadharshBot"
+PAGE_TIMEOUT = 4.0
+ROBOTS_TIMEOUT = 3.0
+BODY_CAP = 200 * 1024
+ROBOTS_CAP = 500 * 1024  # Google's documented robots.txt limit
+CONCURRENCY = 4
+KEEP_DAYS = 90
+TEXT_CAP = 300
+COMPARED = ("status", "final_url", "title", "description", "content_type", "robots", "skipped", "error")
+PENDING_NOTE = "no snapshot yet; the daily crawl hasn't run"
+
+
+@dataclass
+class Fetched:
+    """What a `fetch` callable returns: the final response after redirects, body bounded."""
+    status: int
+    final_url: str
+    headers: dict = field(default_factory=dict)  # lower-case names
+    body: bytes = b""
+    truncated: bool = False
+
+
+Fetch = Callable[..., Fetched]  # fetch(url, *, timeout, max_bytes, headers) -> Fetched; raises on failure
+
+
+def safe_fetch(fetcher: Fetcher) -> Fetch:
+    """A `Fetch` over the lens's safe fetcher: no private addresses, every redirect hop checked."""
+    def fetch(url: str, *, timeout: float, max_bytes: int, headers: dict) -> Fetched:
+        try:
+            result = fetcher.fetch(url, headers, cap_bytes=max_bytes, deadline=time.monotonic() + timeout)
+        except (FetchRefused, FetchFailed) as exc:
+            raise FeedError(str(exc)) from None
+        return Fetched(result.status, result.final_url, result.headers, result.body, result.truncated)
+    return fetch
+
+
+def roster(settings) -> list[dict]:
+    """The firms to crawl: `[[feeds.around_roster]]` {name, url} tables, else the original's 20."""
+    entries = option(settings, "around_roster", None)
+    if entries is None:
+        return [{"name": n, "url": u} for n, u in ROSTER]
+    firms = []
+    for entry in entries:
+        if not (isinstance(entry, dict) and isinstance(entry.get("name"), str)
+                and urlsplit(str(entry.get("url", ""))).scheme in ("http", "https")):
+            raise FeedError(f"Each [[feeds.around_roster]] entry needs a name and an http(s) url, not {entry!r}.")
+        firms.append({"name": entry["name"], "url": entry["url"]})
+    return firms
+
+
+def _robots_verdict(fetch: Fetch, url: str) -> tuple[str, str | None, str | None]:
+    """(robots, rule, skipped) for our product token at `url`."""
+    robots_url = urljoin(url, "/robots.txt")
+    try:
+        got = fetch(robots_url, timeout=ROBOTS_TIMEOUT, max_bytes=ROBOTS_CAP, headers={"User-Agent": PRODUCT_USER_AGENT})
+    except Exception:
+        return "unknown", None, "robots_unavailable"
+    if got.status >= 500:
+        return "unknown", None, "robots_unavailable"
+    if got.status >= 400:
+        return "allow", f"robots.txt answered {got.status}: everything allowed", None
+    if got.status >= 300:  # a redirect the fetcher did not follow: RFC 9309 says treat as unavailable
+        return "unknown", None, "robots_unavailable"
+    text = got.body.decode("utf-8", "replace")
+    matcher = robotstxt.RobotsMatcher()
+    allowed = matcher.is_allowed(text, PRODUCT_TOKEN, url)
+    line_no = matcher.matching_line
+    lines = text.splitlines()
+    rule = lines[line_no - 1].strip()[:TEXT_CAP] if 0 < line_no <= len(lines) else None
+    return ("allow" if allowed else "disallow"), rule, (None if allowed else "robots")
+
+
+def _clip(text: str | None) -> str | None:
+    text = " ".join((text or "").split())
+    return text[:TEXT_CAP] or None
+
+
+def _head_fields(body: bytes, content_type: str | None, base_url: str) -> dict:
+    if "html" not in (content_type or "html").lower():
+        return {"title": None, "description": None, "og_image": None}
+    tree = HTMLParser(body.decode("utf-8", "replace"))
+
+    def meta(*selectors):
+        for sel in selectors:
+            node = tree.css_first(sel)
+            if node is not None and node.attributes.get("content"):
+                return node.attributes["content"]
+        return None
+
+    title_node = tree.css_first("title")
+    og_image = meta('meta[property="og:image"]', 'meta[name="og:image"]', 'meta[name="twitter:image"]')
+    return {
+        "title": _clip(title_node.text() if title_node else meta('meta[property="og:title"]')),
+        "description": _clip(meta('meta[name="description"]', 'meta[property="og:description"]')),
+        "og_image": urljoin(base_url, og_image.strip())[:TEXT_CAP] if og_image else None,
+    }
+
+
+def crawl_firm(fetch: Fetch, firm: dict) -> dict:
+    """One firm's row: robots first, then the homepage when allowed. Never raises."""
+    started = time.monotonic()
+    row = {"target": firm["url"], "name": firm["name"], "observed_at": db.now_iso(), "final_url": None,
+           "status": None, "title": None, "description": None, "og_image": None, "server": None,
+           "last_modified": None, "content_type": None, "body_hash": None, "bytes_read": None,
+           "truncated": 0, "robots_rule": None, "skipped": None, "error": None}
+    row["robots"], row["robots_rule"], row["skipped"] = _robots_verdict(fetch, firm["url"])
+    if not row["skipped"]:
+        try:
+            got = fetch(firm["url"], timeout=PAGE_TIMEOUT, max_bytes=BODY_CAP,
+                        headers={"User-Agent": PRODUCT_USER_AGENT, "Accept": "text/html,*/*;q=0.5"})
+            ctype = got.headers.get("content-type")
+            row.update(status=got.status, final_url=got.final_url, server=_clip(got.headers.get("server")),
+                       last_modified=got.headers.get("last-modified"), content_type=_clip(ctype),
+                       body_hash=hashlib.sha256(got.body).hexdigest(), bytes_read=len(got.body),
+                       truncated=int(got.truncated), **_head_fields(got.body, ctype, got.final_url))
+        except Exception as exc:
+            row["error"] = _clip(str(exc) or exc.__class__.__name__) if isinstance(exc, FeedError) else \
+                f"{exc.__class__.__name__}: the homepage could not be fetched"
+    row["elapsed_ms"] = int((time.monotonic() - started) * 1000)
+    return row
+
+
+def _live(row) -> bool:
+    return not row["skipped"] and not row["error"] and bool(row["body_hash"])
+
+
+def diff(before, after) -> tuple[str, list[dict]] | None:
+    """(severity, field changes) between two rows of one firm, or None when nothing changed."""
+    changes = [{"field": f, "before": before[f], "after": after[f]} for f in COMPARED if before[f] != after[f]]
+    if _live(before) and _live(after) and before["body_hash"] != after["body_hash"]:
+        changes.append({"field": "content", "before": before["body_hash"], "after": after["body_hash"]})
+    if not changes:
+        return None
+    fields = {c["field"] for c in changes}
+    if fields & {"status", "error"}:
+        severity = "high"
+    elif fields & {"content", "title", "description", "final_url", "robots", "skipped"} or after["truncated"]:
+        severity = "medium"
+    else:
+        severity = "low"
+    return severity, changes
+
+
+def run_around(settings, fetch: Fetch | None = None) -> str:
+    """Job (daily): crawl the roster, store the snapshot and its changes, prune old history."""
+    firms = roster(settings)
+    fetch = fetch or safe_fetch(fetcher_from_settings(settings))
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
+        rows = list(pool.map(lambda firm: crawl_firm(fetch, firm), firms))
+    crawled_at = db.now_iso()
+    cutoff = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=KEEP_DAYS)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conn = db.writer(settings.db_path)
+    changed = 0
+    try:
+        with db.transaction(conn):
+            crawl_id = conn.execute(
+                "INSERT INTO around_crawls (crawled_at, crawled_by, target_count, elapsed_ms) VALUES (?, ?, ?, ?)",
+                (crawled_at, PRODUCT_USER_AGENT, len(rows), int((time.monotonic() - started) * 1000))).lastrowid
+            for row in rows:
+                previous = conn.execute(
+                    "SELECT * FROM around_results WHERE target = ? ORDER BY crawl_id DESC LIMIT 1", (row["target"],)
+                ).fetchone()
+                conn.execute(f"INSERT INTO around_results (crawl_id, {', '.join(row)}) VALUES (?, {', '.join('?' * len(row))})",
+                             (crawl_id, *row.values()))
+                found = previous and diff(previous, row)
+                if found:
+                    changed += 1
+                    conn.execute(
+                        "INSERT INTO around_changes (crawl_id, target, name, observed_at, previous_observed_at, severity,"
+                        " changes) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (crawl_id, row["target"], row["name"], row["observed_at"], previous["observed_at"],
+                         found[0], json.dumps(found[1])))
+            old = "SELECT id FROM around_crawls WHERE crawled_at < ? AND id != ?"
+            conn.execute(f"DELETE FROM around_results WHERE crawl_id IN ({old})", (cutoff, crawl_id))
+            conn.execute("DELETE FROM around_changes WHERE observed_at < ?", (cutoff,))
+            conn.execute("DELETE FROM around_crawls WHERE crawled_at < ? AND id != ?", (cutoff, crawl_id))
+    finally:
+        conn.close()
+    live = sum(1 for r in rows if _live(r))
+    skipped = sum(1 for r in rows if r["skipped"])
+    return f"crawled {len(rows)} firms: {live} read, {skipped} skipped by robots, {len(rows) - live - skipped} failed; {changed} changed"
+
+
+def _result(row) -> dict:
+    out = {
+        "name": row["name"], "url": row["target"], "finalUrl": row["final_url"], "status": row["status"],
+        "title": row["title"], "description": row["description"], "ogImage": row["og_image"],
+        "server": row["server"], "lastModified": row["last_modified"], "contentType": row["content_type"],
+        "bodyHash": row["body_hash"], "bytesRead": row["bytes_read"], "truncated": bool(row["truncated"]),
+        "robots": row["robots"], "elapsedMs": row["elapsed_ms"],
+    }
+    if row["robots_rule"]:
+        out["robotsRule"] = row["robots_rule"]
+    if row["skipped"]:
+        out["skipped"] = row["skipped"]
+    if row["error"]:
+        out["error"] = row["error"]
+    return out
+
+
+def report(conn: sqlite3.Connection) -> dict:
+    """AroundReport of the latest crawl; ApiError 503 Pending (Retry-After a day) before the first."""
+    pending = ApiError(503, "No neighborhood snapshot exists yet; the daily crawl has not run.", code="pending",
+                       headers={"Retry-After": "86400"}, pending=True, note=PENDING_NOTE)
+    try:
+        crawl = conn.execute("SELECT * FROM around_crawls ORDER BY id DESC LIMIT 1").fetchone()
+        rows = [] if crawl is None else conn.execute(
+            "SELECT * FROM around_results WHERE crawl_id = ?", (crawl["id"],)).fetchall()
+    except sqlite3.Error as exc:
+        if "no such table" in str(exc):
+            raise pending from None
+        raise ApiError(503, "The neighborhood snapshot cannot be read right now; try again in a minute.",
+                       code="storage_unavailable", headers={"Retry-After": "60"}) from None
+    if crawl is None:
+        raise pending
+    # Fastest first; failed and skipped rows last.
+    rows.sort(key=lambda r: (not _live(r), r["elapsed_ms"] if r["elapsed_ms"] is not None else 1 << 30, r["name"]))
+    return {"crawledBy": crawl["crawled_by"], "crawledAt": crawl["crawled_at"], "signedWith": None,
+            "count": len(rows), "results": [_result(r) for r in rows]}
+
+
+def changes(conn: sqlite3.Connection, limit=50, now: dt.datetime | None = None) -> dict:
+    """AroundChanges, newest first; `limit` clamped to 1..100. ApiError 503 when history is unreadable."""
+    limit = clamp_int(limit, 50, 1, 100)
+    now_ms = (now or dt.datetime.now(dt.timezone.utc)).timestamp() * 1000
+    try:
+        latest = conn.execute("SELECT crawled_at, target_count FROM around_crawls ORDER BY id DESC LIMIT 1").fetchone()
+        rows = conn.execute("SELECT * FROM around_changes ORDER BY observed_at DESC, id DESC LIMIT ?", (limit,)).fetchall()
+    except sqlite3.Error:
+        raise ApiError(503, "The change history is temporarily unavailable; try again in a minute.",
+                       code="storage_unavailable", headers={"Retry-After": "60"}, ok=False, available=False, changes=[]) from None
+
+    def age(iso: str) -> int:
+        return int(now_ms - dt.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
+
+    return {
+        "ok": True,
+        "available": latest is not None,
+        "latestObservedAt": latest["crawled_at"] if latest else None,
+        "targetCount": latest["target_count"] if latest else 0,
+        "changes": [
+            {"target": r["target"], "name": r["name"], "observedAt": r["observed_at"],
+             "previousObservedAt": r["previous_observed_at"], "ageMs": age(r["observed_at"]),
+             "severity": r["severity"], "changes": json.loads(r["changes"])}
+            for r in rows
+        ],
+    }

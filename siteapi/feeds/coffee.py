@@ -1,0 +1,235 @@
+"""Coffee slots: the owner's calendar (an ICS feed) read into busy intervals, and the bookable slots.
+
+The job (every 5 minutes) fetches the feed at `SITE_CALENDAR_ICS_URL`, expands recurring events
+(RRULE, EXDATE, RECURRENCE-ID overrides) with recurring-ical-events, skips cancelled and
+transparent (free) events, and stores only start/end instants, never titles. All-day events block
+their whole day in the host's time zone; floating times are read in that zone too.
+The reader fails closed: a calendar older than 15 minutes, or never read, offers no slots.
+Slots are laid out on the local wall clock, so a daylight-saving change shifts their UTC instants
+but never drops or doubles one.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+import time
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import icalendar
+import recurring_ical_events
+import requests
+
+from siteapi import db
+from siteapi.config import SettingsError
+from siteapi.feeds import FeedError, option, read_capped
+from siteapi.web import ApiError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS coffee_busy (
+    start_ms INTEGER NOT NULL,
+    end_ms INTEGER NOT NULL,
+    start_utc TEXT NOT NULL,
+    end_utc TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS coffee_busy_end ON coffee_busy(end_ms);
+CREATE TABLE IF NOT EXISTS coffee_calendar (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    checked_at TEXT NOT NULL,
+    checked_ms INTEGER NOT NULL,
+    busy_count INTEGER NOT NULL,
+    window_end TEXT NOT NULL
+);
+"""
+
+MAX_FEED_BYTES = 10_000_000
+MAX_BUSY = 5_000
+EXPAND_MARGIN = dt.timedelta(days=2)  # busy intervals are kept a little past the booking horizon
+FRESH_SECONDS = 360  # one job interval plus a minute of slack
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+UTC = dt.timezone.utc
+
+
+def rules(settings) -> dict:
+    """The slot rules from `[feeds]`, REFERENCE.md's values as defaults."""
+    name = option(settings, "coffee_timezone", "America/New_York")
+    try:
+        zone = ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SettingsError(f"Setting [feeds] coffee_timezone must be an IANA zone such as America/New_York, not {name!r}.") from None
+    days = [str(d).strip().lower()[:3] for d in option(settings, "coffee_days", ["mon", "tue", "wed", "thu", "fri"])]
+    if not days or any(d not in WEEKDAYS for d in days):
+        raise SettingsError("Setting [feeds] coffee_days must list weekday names such as mon, tue, wed.")
+
+    def clock(key, default):
+        raw = option(settings, key, default)
+        try:
+            return dt.time.fromisoformat(raw)
+        except ValueError:
+            raise SettingsError(f"Setting [feeds] {key} must be a time like {default}, not {raw!r}.") from None
+
+    return {
+        "zone": zone,
+        "days": {WEEKDAYS.index(d) for d in days},
+        "day_start": clock("coffee_day_start", "09:00"),
+        "day_end": clock("coffee_day_end", "18:00"),
+        "slot": dt.timedelta(minutes=option(settings, "coffee_slot_minutes", 30)),
+        "buffer": dt.timedelta(minutes=option(settings, "coffee_buffer_minutes", 15)),
+        "notice": dt.timedelta(hours=option(settings, "coffee_notice_hours", 24)),
+        "horizon": dt.timedelta(days=option(settings, "coffee_horizon_days", 14)),
+        "per_day": option(settings, "coffee_max_per_day", 3),
+        "per_week": option(settings, "coffee_max_per_week", 5),
+        "max_age": option(settings, "coffee_max_age_seconds", 900),
+        "booking_url": option(settings, "booking_url", settings.url("/coffee")),
+    }
+
+
+def _instant(value, zone: ZoneInfo, end_of_day: bool = False) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=zone)).astimezone(UTC)
+    # A date: an all-day event; its DTEND is already exclusive (the next day).
+    return dt.datetime.combine(value, dt.time(0), tzinfo=zone).astimezone(UTC)
+
+
+def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datetime) -> list[tuple[int, int]]:
+    """Busy (start_ms, end_ms) pairs between `start` and `end`, merged and sorted. Raises FeedError."""
+    try:
+        calendar = icalendar.Calendar.from_ical(ics)
+    except Exception:  # icalendar raises ValueError, KeyError, IndexError... on broken input
+        raise FeedError("The calendar feed is not a valid iCalendar (ICS) document.") from None
+    if calendar.name != "VCALENDAR":
+        raise FeedError("The calendar feed is not a VCALENDAR.")
+    for event in calendar.walk("VEVENT"):
+        rule = event.get("RRULE")
+        if rule is not None and {str(f).upper() for f in rule.get("FREQ", [])} & {"SECONDLY", "MINUTELY"}:
+            raise FeedError("The calendar feed has an event repeating every second or minute; it is refused.")
+    spans = []
+    try:
+        for event in recurring_ical_events.of(calendar, skip_bad_series=True).between(start, end):
+            if str(event.get("STATUS", "")).upper() == "CANCELLED":
+                continue
+            if str(event.get("TRANSP", "OPAQUE")).upper() == "TRANSPARENT":
+                continue
+            if event.get("DTSTART") is None:
+                continue
+            first = event["DTSTART"].dt
+            last = event["DTEND"].dt if event.get("DTEND") is not None else None
+            if last is None:  # no DTEND: a DURATION, else a day for dates and an instant for times
+                last = first + (event["DURATION"].dt if event.get("DURATION") is not None
+                                else dt.timedelta(days=1) if not isinstance(first, dt.datetime) else dt.timedelta(0))
+            a, b = _instant(first, zone), _instant(last, zone)
+            if b > a:
+                spans.append((int(a.timestamp() * 1000), int(b.timestamp() * 1000)))
+            if len(spans) > MAX_BUSY:
+                raise FeedError(f"The calendar feed expands to more than {MAX_BUSY} events before the booking horizon.")
+    except FeedError:
+        raise
+    except Exception as exc:
+        raise FeedError(f"The calendar feed could not be expanded ({exc.__class__.__name__}).") from None
+    merged: list[list[int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def fetch_ics(url: str, timeout: float) -> bytes:
+    deadline = time.monotonic() + timeout
+    try:
+        with requests.get(url, timeout=timeout, stream=True, headers={"Accept": "text/calendar"}) as resp:
+            body, truncated = read_capped(resp, MAX_FEED_BYTES, deadline, "The calendar feed")
+            status = resp.status_code
+    except requests.RequestException as exc:
+        raise FeedError(f"The calendar feed could not be reached: {exc.__class__.__name__}.") from None
+    if status != 200:
+        raise FeedError(f"The calendar feed answered HTTP {status}.")
+    if truncated:
+        raise FeedError(f"The calendar feed is larger than {MAX_FEED_BYTES} bytes.")
+    return body
+
+
+def run_calendar(settings, now: dt.datetime | None = None) -> str:
+    """Job (every 5 minutes): refresh the busy intervals. Raises when it cannot; the old ones stay."""
+    url = settings.secret("CALENDAR_ICS_URL")
+    if not url:
+        raise FeedError("Set SITE_CALENDAR_ICS_URL to the calendar's ICS feed address.")
+    r = rules(settings)
+    zone = r["zone"]
+    now = (now or dt.datetime.now(UTC)).astimezone(UTC)
+    window_end = now + r["horizon"] + EXPAND_MARGIN
+    spans = busy_intervals(fetch_ics(url, option(settings, "calendar_timeout", 10.0)), zone,
+                           now - dt.timedelta(days=1), window_end)
+    iso = lambda ms: dt.datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conn = db.writer(settings.db_path)
+    try:
+        with db.transaction(conn):
+            conn.execute("DELETE FROM coffee_busy")
+            conn.executemany("INSERT INTO coffee_busy VALUES (?, ?, ?, ?)", [(a, b, iso(a), iso(b)) for a, b in spans])
+            conn.execute("INSERT OR REPLACE INTO coffee_calendar VALUES (1, ?, ?, ?, ?)",
+                         (iso(now.timestamp() * 1000), int(now.timestamp() * 1000), len(spans), iso(window_end.timestamp() * 1000)))
+    finally:
+        conn.close()
+    return f"calendar read: {len(spans)} busy intervals until {iso(window_end.timestamp() * 1000)}"
+
+
+def open_slots(r: dict, busy: list[tuple[int, int]], now: dt.datetime) -> list[dict]:
+    """Bookable slots after `now` under the rules `r`, earliest first."""
+    zone = r["zone"]
+    earliest, latest = now + r["notice"], now + r["horizon"]
+    slots, per_week = [], {}
+    day = earliest.astimezone(zone).date()
+    while day <= latest.astimezone(zone).date():
+        week = day.isocalendar()[:2]
+        taken_today = 0
+        start_wall = dt.datetime.combine(day, r["day_start"])
+        day_end_wall = dt.datetime.combine(day, r["day_end"])
+        while day.weekday() in r["days"] and start_wall + r["slot"] <= day_end_wall:
+            if taken_today >= r["per_day"] or per_week.get(week, 0) >= r["per_week"]:
+                break
+            # Wall-clock arithmetic first, then the zone: the same local times on both sides of DST.
+            start = start_wall.replace(tzinfo=zone).astimezone(UTC)
+            end = (start_wall + r["slot"]).replace(tzinfo=zone).astimezone(UTC)
+            start_ms, end_ms = int(start.timestamp() * 1000), int(end.timestamp() * 1000)
+            if earliest <= start <= latest and not any(a < end_ms and b > start_ms for a, b in busy):
+                slots.append({
+                    "start": start.astimezone(zone).isoformat(),
+                    "end": end.astimezone(zone).isoformat(),
+                    "startMs": start_ms,
+                    "endMs": end_ms,
+                    "durationMinutes": int(r["slot"].total_seconds() // 60),
+                })
+                taken_today += 1
+                per_week[week] = per_week.get(week, 0) + 1
+            start_wall += r["slot"] + r["buffer"]
+        day += dt.timedelta(days=1)
+    return slots
+
+
+def availability(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -> tuple[int, dict]:
+    """(200, Availability body), or raise ApiError 503 with the same body, `slots: []`, Retry-After 60."""
+    r = rules(settings)
+    now = (now or dt.datetime.now(UTC)).astimezone(UTC)
+    body = {"available": False, "stale": True, "source": "none", "checkedAt": None, "ageSeconds": None,
+            "timezone": r["zone"].key, "bookingUrl": r["booking_url"], "slots": []}
+    unavailable_headers = {"Retry-After": "60", "Cache-Control": "public, max-age=0, s-maxage=10"}
+    try:
+        head = conn.execute("SELECT checked_at, checked_ms FROM coffee_calendar WHERE id = 1").fetchone()
+        busy = [] if head is None else conn.execute(
+            "SELECT start_ms, end_ms FROM coffee_busy WHERE end_ms > ? ORDER BY start_ms",
+            (int(now.timestamp() * 1000),)).fetchall()
+    except sqlite3.Error:
+        raise ApiError(503, "The calendar cannot be read right now, so no slots are offered; try again in a minute.",
+                       code="calendar_unavailable", headers=unavailable_headers, **body) from None
+    if head is None:
+        raise ApiError(503, "The calendar has not been read yet, so no slots are offered; try again in a minute.",
+                       code="calendar_unavailable", headers=unavailable_headers, **body)
+    age = max(0, int(now.timestamp() - head["checked_ms"] / 1000))
+    body.update(checkedAt=head["checked_at"], ageSeconds=age, source="stale")
+    if age > r["max_age"]:
+        raise ApiError(503, "The calendar is out of date, so no slots are offered until it is read again; try again in a minute.",
+                       code="calendar_unavailable", headers=unavailable_headers, **body)
+    fresh = age <= FRESH_SECONDS
+    body.update(available=True, stale=not fresh, source="fresh" if fresh else "stale",
+                slots=open_slots(r, [(row[0], row[1]) for row in busy], now))
+    return 200, body

@@ -1,0 +1,230 @@
+"""The AI-crawler ledger: the site's own Caddy JSON access log, read incrementally, as daily counts.
+
+The job remembers where it stopped (offset plus a fingerprint of the file's first bytes, which
+survives renames and gzip). When Caddy rolls the log (`access.log` becomes
+`access-<time>.log`, later `.log.gz`, and a new `access.log` starts) the job first finishes the
+rolled file from its offset, then reads any later rolled files whole, then the new log: nothing
+lost, nothing counted twice. Only complete lines are consumed, and counts and the new position
+are written in one transaction, so a failed run changes nothing. Responses below 400 whose
+User-Agent the crawler registry knows (our own AadharshBot excepted) are counted per UTC day,
+crawler and path. The reader prices the last 30 days at one cent a page, as commentary.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+from siteapi import db
+from siteapi.feeds import FeedError, option
+from siteapi.feeds.crawlers import BY_KEY, counts_in_ledger, match_user_agent
+from siteapi.web import ApiError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS ledger_hits (
+    day TEXT NOT NULL,              -- UTC date, YYYY-MM-DD
+    bot TEXT NOT NULL,              -- crawler registry key
+    path TEXT NOT NULL,
+    hits INTEGER NOT NULL,
+    PRIMARY KEY (day, bot, path)
+);
+CREATE TABLE IF NOT EXISTS ledger_state (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    log_path TEXT NOT NULL,
+    offset INTEGER NOT NULL,        -- bytes consumed (decompressed, for a gzip-rolled file)
+    fingerprint TEXT NOT NULL,      -- SHA-256 of the file's first fingerprint_len bytes
+    fingerprint_len INTEGER NOT NULL,
+    read_at TEXT NOT NULL,
+    lines_total INTEGER NOT NULL,
+    counted_total INTEGER NOT NULL,
+    malformed_total INTEGER NOT NULL
+);
+"""
+
+FINGERPRINT_BYTES = 1024
+KEEP_DAYS = 400
+PATH_CAP = 300
+WINDOW_DAYS = 30
+NOTE = ("Every identified AI-crawler page view of the last 30 days, priced at one cent a page "
+        "(the llms-full.txt price) as commentary; nobody is billed.")
+
+
+def _open(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _fingerprint(path: Path, length: int) -> str | None:
+    try:
+        with _open(path) as f:
+            head = f.read(length)
+    except (OSError, EOFError):
+        return None  # gone, or a gzip file still being written by Caddy's roller
+    return hashlib.sha256(head).hexdigest() if len(head) == length else None
+
+
+def rolled_files(log: Path) -> list[Path]:
+    """Caddy's rolled copies of `log`, oldest first (their names carry the roll time)."""
+    candidates = list(log.parent.glob(log.stem + "-*"))
+    gzipped = {p.name[:-3]: p for p in candidates if p.name.endswith(log.suffix + ".gz")}
+    plain = {p.name: p for p in candidates if p.name.endswith(log.suffix)}
+    # While the roller compresses, both copies exist: the plain one is complete, the .gz may not be.
+    merged = {**gzipped, **plain}
+    return [merged[name] for name in sorted(merged)]
+
+
+def _plan(log: Path, state) -> tuple[list[tuple[Path, int, bool]], bool]:
+    """[(file, start offset, is the live log)] to read now, and whether earlier lines were lost."""
+    if state is None or state["log_path"] != str(log):
+        return [(log, 0, True)], False
+    fp, fp_len, offset = state["fingerprint"], state["fingerprint_len"], state["offset"]
+    if _fingerprint(log, fp_len) == fp and log.stat().st_size >= offset:
+        return [(log, offset, True)], False
+    rolled = rolled_files(log)
+    if fp_len:
+        for i, path in enumerate(rolled):
+            if _fingerprint(path, fp_len) == fp:
+                return [(path, offset, False)] + [(p, 0, False) for p in rolled[i + 1:]] + [(log, 0, True)], False
+    return [(log, 0, True)], True
+
+
+def parse_line(line: bytes) -> tuple[str, str, str] | None | bool:
+    """(day, bot key, path) for a counted crawler hit; None for a line not counted; False if malformed."""
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return False
+    if not isinstance(entry, dict):
+        return False
+    if not str(entry.get("logger", "")).startswith("http.log.access"):
+        return None  # Caddy's other log lines (startup, TLS) share the file
+    request, status, ts = entry.get("request"), entry.get("status"), entry.get("ts")
+    if not isinstance(request, dict) or not isinstance(status, int) or not isinstance(ts, (int, float)):
+        return False
+    headers = request.get("headers") if isinstance(request.get("headers"), dict) else {}
+    agents = headers.get("User-Agent") or []
+    crawler = match_user_agent(" ".join(a for a in agents if isinstance(a, str)) if isinstance(agents, list) else "")
+    if not counts_in_ledger(crawler) or not 100 <= status < 400:
+        return None
+    path = str(request.get("uri") or "/").split("?", 1)[0].split("#", 1)[0][:PATH_CAP] or "/"
+    try:
+        day = dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d")
+    except (OverflowError, OSError, ValueError):
+        return False
+    return day, crawler["key"], path
+
+
+def read_new_lines(log: Path, state) -> dict:
+    """Read everything written since `state`; counts plus the position to remember. Raises FeedError."""
+    if not log.exists():
+        raise FeedError(f"The access log {log} does not exist; check the access_log setting and Caddy's log output.")
+    plan, lost = _plan(log, state)
+    counts: dict[tuple[str, str, str], int] = {}
+    lines = malformed = 0
+    end_offset = 0
+    for path, start, live in plan:
+        try:
+            with _open(path) as f:
+                f.seek(start)
+                consumed = start
+                for line in f:
+                    if live and not line.endswith(b"\n"):
+                        break  # Caddy is still writing it; read it next run
+                    consumed += len(line)
+                    if not line.strip():
+                        continue
+                    lines += 1
+                    parsed = parse_line(line)
+                    if parsed is False:
+                        malformed += 1
+                    elif parsed:
+                        counts[parsed] = counts.get(parsed, 0) + 1
+                if live:  # fingerprint from the same handle: the file may be rolled right after
+                    fp_len = min(FINGERPRINT_BYTES, consumed)
+                    f.seek(0)
+                    fingerprint = hashlib.sha256(f.read(fp_len)).hexdigest()
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise FeedError(f"The access log {path} could not be read: {exc.__class__.__name__}.") from None
+        end_offset = consumed
+    return {"counts": counts, "lines": lines, "malformed": malformed, "lost": lost, "files": len(plan),
+            "offset": end_offset, "fingerprint": fingerprint, "fingerprint_len": fp_len}
+
+
+def run_ledger(settings) -> str:
+    """Job (every 10 minutes): count new crawler hits from the access log into ledger_hits."""
+    log = settings.access_log
+    if log is None:
+        return "no access log configured (access_log); nothing to read"
+    conn = db.writer(settings.db_path)
+    try:
+        state = conn.execute("SELECT * FROM ledger_state WHERE id = 1").fetchone()
+        got = read_new_lines(Path(log), state)
+        cutoff = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=KEEP_DAYS)).strftime("%Y-%m-%d")
+        totals = (state["lines_total"], state["counted_total"], state["malformed_total"]) if state else (0, 0, 0)
+        with db.transaction(conn):
+            conn.executemany(
+                "INSERT INTO ledger_hits (day, bot, path, hits) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (day, bot, path) DO UPDATE SET hits = hits + excluded.hits",
+                [(*key, n) for key, n in got["counts"].items()])
+            conn.execute("DELETE FROM ledger_hits WHERE day < ?", (cutoff,))
+            conn.execute(
+                "INSERT OR REPLACE INTO ledger_state VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (str(log), got["offset"], got["fingerprint"], got["fingerprint_len"], db.now_iso(),
+                 totals[0] + got["lines"], totals[1] + sum(got["counts"].values()), totals[2] + got["malformed"]))
+    finally:
+        conn.close()
+    summary = (f"read {got['lines']} log lines from {got['files']} file(s): "
+               f"{sum(got['counts'].values())} crawler hits, {got['malformed']} malformed lines skipped")
+    if got["lost"]:
+        summary += "; the file last read was gone (rolled and deleted), so lines written after that read may be missing"
+    return summary
+
+
+def _body(rate: float) -> dict:
+    return {"ok": False, "window_days": WINDOW_DAYS, "rate_usd": rate, "note": NOTE, "line_items": [],
+            "total_hits": 0, "total_usd": 0.0,
+            "cost": {"available": False, "reason": "this deployment reports no hosting spend"}}
+
+
+def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -> tuple[int, dict]:
+    """(200, Ledger body), or ApiError 503 `not_configured` / 502 `upstream_failed` carrying the Ledger body."""
+    rate = option(settings, "ledger_rate_usd", 0.01)
+    body = _body(rate)
+    if settings.access_log is None:
+        raise ApiError(503, "The crawler ledger is not configured on this deployment (no access log).",
+                       code="not_configured", **body)
+    now = now or dt.datetime.now(dt.timezone.utc)
+    since = (now - dt.timedelta(days=WINDOW_DAYS - 1)).strftime("%Y-%m-%d")
+    stale_after = option(settings, "ledger_stale_seconds", 3600)
+    unreadable = "The access log behind the crawler ledger could not be read; try again later."
+    try:
+        state = conn.execute("SELECT read_at FROM ledger_state WHERE id = 1").fetchone()
+        rows = conn.execute(
+            "SELECT bot, path, SUM(hits) AS hits FROM ledger_hits WHERE day >= ? GROUP BY bot, path", (since,)).fetchall()
+    except sqlite3.Error:
+        raise ApiError(502, unreadable, code="upstream_failed", **body) from None
+    if state is None:
+        raise ApiError(502, "The access log behind the crawler ledger has not been read yet; try again later.",
+                       code="upstream_failed", **body)
+    read_at = dt.datetime.strptime(state["read_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    if (now - read_at).total_seconds() > stale_after:
+        raise ApiError(502, unreadable, code="upstream_failed", read_at=state["read_at"], **body)
+    per_bot: dict[str, dict] = {}
+    for row in rows:
+        item = per_bot.setdefault(row["bot"], {"hits": 0, "paths": []})
+        item["hits"] += row["hits"]
+        item["paths"].append((row["hits"], row["path"]))
+    items = []
+    for key, item in per_bot.items():
+        entry = BY_KEY.get(key, {"label": key, "owner": None, "kind": None, "role": None})
+        top = sorted(item["paths"], key=lambda hp: (-hp[0], hp[1]))[:5]
+        items.append({"bot": key, "label": entry["label"], "owner": entry["owner"], "kind": entry["kind"],
+                      "role": entry["role"], "hits": item["hits"], "amountUsd": round(item["hits"] * rate, 2),
+                      "top_paths": [{"path": p, "hits": h} for h, p in top]})
+    items.sort(key=lambda i: (-i["hits"], i["bot"]))
+    total = sum(i["hits"] for i in items)
+    body.update(ok=True, since=since, updated_at=state["read_at"], line_items=items,
+                total_hits=total, total_usd=round(total * rate, 2))
+    return 200, body

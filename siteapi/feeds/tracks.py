@@ -1,0 +1,251 @@
+"""Now playing: the owner's playlist read from the Spotify Web API into site.db, served as /rn/tracks.
+
+The job takes a client-credentials token (`SITE_SPOTIFY_CLIENT_ID` / `_SECRET`), reads the
+playlist object and follows its item pages (`next`), and replaces the stored copy in one
+transaction. A 401 means the cached token expired: it is refreshed once and the call retried.
+The reader serves the stored copy and the exact error cases of API.md §4.8; every error body
+keeps `tracks: []`.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+
+import requests
+
+from siteapi import db
+from siteapi.feeds import FeedError, option, read_capped
+from siteapi.web import ApiError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tracks_playlists (
+    playlist_id TEXT PRIMARY KEY,
+    playlist_name TEXT NOT NULL,
+    playlist_url TEXT,
+    track_count INTEGER NOT NULL,
+    fetched_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tracks (
+    playlist_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    id TEXT NOT NULL,
+    title TEXT NOT NULL,
+    artists_text TEXT NOT NULL,
+    artists TEXT NOT NULL,          -- JSON array of {id, name, spotify_url}
+    album TEXT,
+    spotify_url TEXT,
+    song_link_url TEXT NOT NULL,
+    duration_ms INTEGER,
+    preview_url TEXT,
+    is_explicit INTEGER NOT NULL,
+    image_url TEXT,
+    added_at TEXT,
+    PRIMARY KEY (playlist_id, position)
+);
+"""
+
+MAX_RESPONSE_BYTES = 5_000_000
+_token_lock = threading.Lock()
+_token_cache: dict[tuple[str, str], tuple[str, float]] = {}
+
+
+def _config(settings) -> dict:
+    return {
+        "api_base": option(settings, "spotify_api_base", "https://api.spotify.com/v1").rstrip("/"),
+        "token_url": option(settings, "spotify_token_url", "https://accounts.spotify.com/api/token"),
+        "playlist_id": option(settings, "playlist_id", "").strip(),
+        "timeout": option(settings, "spotify_timeout", 10.0),
+        "max_tracks": option(settings, "max_tracks", 500),
+    }
+
+
+def _get_json(session, url: str, timeout: float, what: str, **kwargs):
+    deadline = time.monotonic() + timeout
+    try:
+        with session.request(kwargs.pop("method", "GET"), url, timeout=timeout, stream=True, **kwargs) as resp:
+            body, truncated = read_capped(resp, MAX_RESPONSE_BYTES, deadline, what)
+            status = resp.status_code
+    except requests.RequestException as exc:
+        raise FeedError(f"{what} could not be reached: {exc.__class__.__name__}.") from None
+    if truncated:
+        raise FeedError(f"{what} answered more than {MAX_RESPONSE_BYTES} bytes.")
+    if status == 401:
+        return 401, None
+    if status != 200:
+        raise FeedError(f"{what} answered HTTP {status}.")
+    try:
+        return 200, json.loads(body)
+    except ValueError:
+        raise FeedError(f"{what} answered something that is not JSON.") from None
+
+
+def _token(session, cfg: dict, client_id: str, secret: str, refresh: bool = False) -> str:
+    key = (cfg["token_url"], client_id)
+    with _token_lock:
+        cached = _token_cache.get(key)
+        if cached and not refresh and cached[1] > time.time() + 30:
+            return cached[0]
+        status, data = _get_json(session, cfg["token_url"], cfg["timeout"], "The Spotify token endpoint",
+                                 method="POST", data={"grant_type": "client_credentials"}, auth=(client_id, secret))
+        if status == 401:
+            raise FeedError("The Spotify token endpoint refused the client id and secret (HTTP 401).")
+        token = data.get("access_token") if isinstance(data, dict) else None
+        if not isinstance(token, str) or not token:
+            raise FeedError("The Spotify token endpoint answered without an access_token.")
+        expires_in = data.get("expires_in") if isinstance(data.get("expires_in"), (int, float)) else 3600
+        _token_cache[key] = (token, time.time() + expires_in)
+        return token
+
+
+def _api(session, cfg: dict, creds: tuple[str, str], url: str, what: str):
+    """GET an API URL with the bearer token; on 401 refresh the token once and retry."""
+    for attempt in range(2):
+        token = _token(session, cfg, *creds, refresh=attempt == 1)
+        status, data = _get_json(session, url, cfg["timeout"], what, headers={"Authorization": f"Bearer {token}"})
+        if status == 200:
+            return data
+    raise FeedError(f"{what} refused a freshly issued token (HTTP 401).")
+
+
+def _paging(obj, what: str) -> dict:
+    if not isinstance(obj, dict) or not isinstance(obj.get("items"), list):
+        raise FeedError(f"{what} has an unexpected shape: no items list.")
+    return obj
+
+
+def _track_row(entry, position: int) -> dict | None:
+    if not isinstance(entry, dict):
+        raise FeedError("A playlist item has an unexpected shape: not an object.")
+    track = entry.get("item", entry.get("track"))  # `item` in the 2026 shape, `track` before it
+    # Removed tracks come back as null; local files and podcast episodes have no song.link.
+    if not isinstance(track, dict) or track.get("type", "track") != "track" or track.get("is_local"):
+        return None
+    track_id, title = track.get("id"), track.get("name")
+    if not isinstance(track_id, str) or not track_id or not isinstance(title, str):
+        raise FeedError("A playlist track has an unexpected shape: no id or name.")
+    artists = [
+        {"id": a.get("id"), "name": a.get("name"), "spotify_url": (a.get("external_urls") or {}).get("spotify")}
+        for a in track.get("artists") or [] if isinstance(a, dict) and isinstance(a.get("name"), str)
+    ]
+    album = track.get("album") if isinstance(track.get("album"), dict) else {}
+    images = [i for i in album.get("images") or [] if isinstance(i, dict) and i.get("url")]
+    duration = track.get("duration_ms")
+    return {
+        "position": position,
+        "id": track_id,
+        "title": title,
+        "artists_text": ", ".join(a["name"] for a in artists),
+        "artists": json.dumps(artists),
+        "album": album.get("name"),
+        "spotify_url": (track.get("external_urls") or {}).get("spotify") or f"https://open.spotify.com/track/{track_id}",
+        "song_link_url": f"https://song.link/s/{track_id}",
+        "duration_ms": duration if isinstance(duration, int) else None,
+        "preview_url": track.get("preview_url") if isinstance(track.get("preview_url"), str) else None,
+        "is_explicit": int(bool(track.get("explicit"))),
+        "image_url": images[0]["url"] if images else None,  # Spotify lists the largest first
+        "added_at": entry.get("added_at") if isinstance(entry.get("added_at"), str) else None,
+    }
+
+
+def fetch_playlist(settings) -> tuple[dict, list[dict]]:
+    """Read the playlist and all its items from the API; (playlist row, track rows). Raises FeedError."""
+    cfg = _config(settings)
+    client_id, secret = settings.secret("SPOTIFY_CLIENT_ID"), settings.secret("SPOTIFY_CLIENT_SECRET")
+    if not client_id or not secret:
+        raise FeedError("Set SITE_SPOTIFY_CLIENT_ID and SITE_SPOTIFY_CLIENT_SECRET to read the playlist.")
+    creds = (client_id, secret)
+    with requests.Session() as session:
+        playlist = _api(session, cfg, creds, f"{cfg['api_base']}/playlists/{cfg['playlist_id']}", "The Spotify playlist")
+        if not isinstance(playlist, dict) or not isinstance(playlist.get("name"), str):
+            raise FeedError("The Spotify playlist has an unexpected shape: no name.")
+        page = _paging(playlist.get("items", playlist.get("tracks")), "The Spotify playlist")
+        rows, position = [], 0
+        while True:
+            for entry in page["items"]:
+                row = _track_row(entry, position)
+                if row:
+                    rows.append(row)
+                    position += 1
+            next_url = page.get("next")
+            if not next_url or len(rows) >= cfg["max_tracks"]:
+                break
+            if not isinstance(next_url, str) or not next_url.startswith(cfg["api_base"] + "/"):
+                raise FeedError("The Spotify playlist pointed its next page outside the API.")
+            page = _paging(_api(session, cfg, creds, next_url, "A Spotify playlist page"), "A Spotify playlist page")
+    rows = rows[: cfg["max_tracks"]]
+    head = {
+        "playlist_id": cfg["playlist_id"],
+        "playlist_name": playlist["name"],
+        "playlist_url": (playlist.get("external_urls") or {}).get("spotify"),
+        "track_count": len(rows),
+        "fetched_at": db.now_iso(),
+    }
+    return head, rows
+
+
+def run_tracks(settings) -> str:
+    """Job (hourly): refresh the stored playlist. Raises when it cannot; the old copy stays."""
+    if not option(settings, "playlist_id", "").strip():
+        return "no playlist set ([feeds] playlist_id); nothing to read"
+    head, rows = fetch_playlist(settings)
+    conn = db.writer(settings.db_path)
+    try:
+        with db.transaction(conn):
+            conn.execute("DELETE FROM tracks WHERE playlist_id = ?", (head["playlist_id"],))
+            conn.executemany(
+                "INSERT INTO tracks (playlist_id, position, id, title, artists_text, artists, album, spotify_url,"
+                " song_link_url, duration_ms, preview_url, is_explicit, image_url, added_at) VALUES"
+                " (:playlist_id, :position, :id, :title, :artists_text, :artists, :album, :spotify_url,"
+                " :song_link_url, :duration_ms, :preview_url, :is_explicit, :image_url, :added_at)",
+                [{**row, "playlist_id": head["playlist_id"]} for row in rows],
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO tracks_playlists VALUES (:playlist_id, :playlist_name, :playlist_url,"
+                " :track_count, :fetched_at)", head)
+    finally:
+        conn.close()
+    return f"playlist {head['playlist_name']!r}: {len(rows)} tracks"
+
+
+def _error(status: int, sentence: str, code: str) -> ApiError:
+    return ApiError(status, sentence, code=code, tracks=[])
+
+
+def now_playing(settings) -> tuple[int, dict]:
+    """(200, Tracks body) from the stored copy, or raise ApiError with the §4.8 status and code."""
+    playlist_id = option(settings, "playlist_id", "").strip()
+    if not playlist_id:
+        raise _error(503, "No playlist is set on this site, so there are no tracks to show.", "no_playlist")
+    if not settings.db_path.exists():
+        raise _error(500, "Track storage is not set up on this deployment.", "storage_not_configured")
+    try:
+        conn = db.reader(settings.db_path)
+        head = conn.execute("SELECT * FROM tracks_playlists WHERE playlist_id = ?", (playlist_id,)).fetchone()
+        rows = conn.execute("SELECT * FROM tracks WHERE playlist_id = ? ORDER BY position", (playlist_id,)).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            raise _error(500, "Track storage is not set up on this deployment.", "storage_not_configured") from None
+        raise _error(503, "Track storage cannot be read right now; try again in a minute.", "storage_unavailable") from None
+    except sqlite3.DatabaseError:
+        raise _error(503, "Track storage cannot be read right now; try again in a minute.", "storage_unavailable") from None
+    if head is None:
+        raise _error(502, "The playlist could not be read from the music service yet.", "upstream_failed")
+    tracks = [
+        {
+            "id": r["id"], "title": r["title"], "artists_text": r["artists_text"],
+            "spotify_url": r["spotify_url"], "song_link_url": r["song_link_url"], "duration_ms": r["duration_ms"],
+            "preview_url": r["preview_url"], "is_explicit": bool(r["is_explicit"]), "image_url": r["image_url"],
+            "album": r["album"], "added_at": r["added_at"], "artists": json.loads(r["artists"]),
+        }
+        for r in rows
+    ]
+    return 200, {
+        "playlist_id": head["playlist_id"],
+        "playlist_name": head["playlist_name"],
+        "playlist_url": head["playlist_url"],
+        "count": len(tracks),
+        "tracks": tracks,
+        "fetched_at": head["fetched_at"],
+    }

@@ -1,0 +1,173 @@
+"""Agent doors: what an agent could use on the target, and the strategy verdict they add up to.
+
+MCP and NLWeb are read from how `/mcp` and `/ask` answer a GET (verdicts yes/likely/maybe/no/
+unknown); WebMCP from markers in the page; the A2A card, OpenAPI, ai-plugin and api-catalog from
+their discovery probes; markdown negotiation from a real `Accept: text/markdown` request that
+passes only on a `text/markdown` answer.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from .discovery import CapReached, Subrequests
+from .fetch import FetchFailed, FetchRefused, FetchResult
+from .page import mime_of
+
+MCP_ACCEPT = "application/json, text/event-stream"
+MARKDOWN_ACCEPT = "text/markdown, text/html;q=0.5"
+_WEBMCP_INLINE = re.compile(r"navigator\.modelContext|registerTool\s*\(|provideContext\s*\(")
+_WEBMCP_BRIDGE = re.compile(r"""<script[^>]+src=["'][^"']*(webmcp|mcp-b|model-context)[^"']*["']""", re.I)
+
+
+def endpoint_answer(result: FetchResult | None, error: str | None) -> dict:
+    """What /mcp or /ask answered, kept small (and cacheable with discovery)."""
+    if result is None:
+        return {"error": error}
+    return {"status": result.status, "contentType": result.content_type,
+            "wwwAuthenticate": result.headers.get("www-authenticate"),
+            "body": result.body[:2048].decode("utf-8", errors="replace")}
+
+
+def fetch_endpoint(sub: Subrequests, url: str) -> dict:
+    try:
+        # a streaming answer never ends by itself: a small cap and a short timeout read its start
+        return endpoint_answer(sub.fetch(url, {"Accept": MCP_ACCEPT}, cap_bytes=2048, timeout_s=3.0), None)
+    except (FetchFailed, FetchRefused, CapReached) as failed:
+        return endpoint_answer(None, str(failed))
+
+
+def _json(body: str):
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def mcp_verdict(answer: dict, server_card: bool) -> dict:
+    if answer.get("error"):
+        return {"verdict": "unknown", "detail": "GET /mcp did not answer", "error": answer["error"]}
+    status, mime, body = answer["status"], mime_of(answer["contentType"]), answer["body"]
+    data = _json(body) if "json" in mime else None
+    if mime == "text/event-stream":
+        return {"verdict": "yes", "detail": f"GET /mcp opened an event stream ({status})"}
+    if isinstance(data, dict) and data.get("jsonrpc") == "2.0":
+        return {"verdict": "yes", "detail": f"GET /mcp answered JSON-RPC ({status})"}
+    if status == 401 and answer.get("wwwAuthenticate"):
+        return {"verdict": "likely", "detail": "GET /mcp asks for authentication (401 with WWW-Authenticate)"}
+    if status == 405 and server_card:
+        return {"verdict": "likely", "detail": "GET /mcp answered 405 (POST only) and a server card is published"}
+    if status in (400, 405, 406) and data is not None:
+        return {"verdict": "maybe", "detail": f"GET /mcp answered a JSON {status}"}
+    if status >= 500:
+        return {"verdict": "unknown", "detail": f"GET /mcp answered {status}"}
+    return {"verdict": "no", "detail": f"GET /mcp answered {status} {mime or 'without a type'}, not an MCP endpoint"}
+
+
+def nlweb_verdict(answer: dict) -> dict:
+    if answer.get("error"):
+        return {"verdict": "unknown", "detail": "GET /ask did not answer", "error": answer["error"]}
+    status, mime, body = answer["status"], mime_of(answer["contentType"]), answer["body"]
+    if mime == "text/event-stream":
+        return {"verdict": "likely", "detail": "GET /ask answered an event stream"}
+    if status in (400, 422) and "query" in body.lower():
+        return {"verdict": "likely", "detail": f"GET /ask answered {status} naming the query parameter"}
+    if status == 401 and answer.get("wwwAuthenticate"):
+        return {"verdict": "likely", "detail": "GET /ask asks for authentication"}
+    if 200 <= status < 300 and "json" in mime and _json(body) is not None:
+        return {"verdict": "maybe", "detail": "GET /ask answered JSON"}
+    if status >= 500:
+        return {"verdict": "unknown", "detail": f"GET /ask answered {status}"}
+    return {"verdict": "no", "detail": f"GET /ask answered {status} {mime or 'without a type'}"}
+
+
+def webmcp(raw_html: str) -> dict:
+    bridge = _WEBMCP_BRIDGE.search(raw_html or "")
+    if bridge:
+        return {"found": True, "kind": "bridge", "marker": bridge.group(0)[:200]}
+    inline = _WEBMCP_INLINE.search(raw_html or "")
+    if inline:
+        return {"found": True, "kind": "inline", "marker": inline.group(0)}
+    return {"found": False}
+
+
+def door(probe: dict, data, describe) -> dict:
+    """An AgentDoor from a probe and its parsed document."""
+    if probe.get("ok") and data is not None and not isinstance(data, Exception):
+        return {"present": True, "detail": describe(data)}
+    if probe.get("note"):
+        return {"present": False, "note": probe["note"]}
+    status = probe.get("status")
+    return {"present": False, "status": status, "unknown": status is None or status >= 500}
+
+
+def describe_card(card: dict) -> str:
+    skills = card.get("skills") if isinstance(card.get("skills"), list) else []
+    return f"{str(card.get('name'))[:80]}: {len(skills)} skill(s)"
+
+
+def describe_openapi(doc: dict) -> str:
+    paths = doc.get("paths") if isinstance(doc.get("paths"), dict) else {}
+    return f"OpenAPI {str(doc.get('openapi') or doc.get('swagger'))[:20]}, {len(paths)} path(s)"
+
+
+def describe_plugin(doc: dict) -> str:
+    return f"plugin {str(doc.get('name_for_model') or doc.get('name_for_human') or '')[:80]}".strip()
+
+
+def describe_catalog(doc: dict) -> str:
+    return f"{len(doc.get('linkset') or [])} API(s) listed"
+
+
+def md_negotiation(sub: Subrequests, url: str) -> dict:
+    try:
+        result = sub.fetch(url, {"Accept": MARKDOWN_ACCEPT}, cap_bytes=64 * 1024)
+    except (FetchFailed, FetchRefused, CapReached) as failed:
+        return {"supported": False, "error": str(failed)}
+    return md_verdict(result.status, result.content_type, result.headers.get("vary", ""))
+
+
+def md_verdict(status: int, content_type: str, vary: str) -> dict:
+    mime = mime_of(content_type)
+    out = {"supported": mime == "text/markdown" and 200 <= status < 300, "contentType": content_type, "status": status}
+    if out["supported"] and "accept" not in vary.lower():
+        out["note"] = "answers Markdown but without Vary: Accept, so caches may serve it to browsers"
+    elif not out["supported"]:
+        out["note"] = f"asked for text/markdown, got {mime or 'no content type'} ({status})"
+    return out
+
+
+def strategy(mcp: dict, nlweb: dict, web_mcp: dict, doors: dict, md: dict, llms: dict) -> dict:
+    action, readable, unknowns = [], [], []
+    if mcp["verdict"] in ("yes", "likely"):
+        action.append("mcp")
+    if nlweb["verdict"] in ("likely", "maybe"):
+        action.append("nlweb")
+    if web_mcp["found"]:
+        action.append("webmcp")
+    if doors["agentCard"].get("present"):
+        action.append("agentCard")
+    if llms["present"]:
+        readable.append("llmsTxt")
+    if md["supported"]:
+        readable.append("mdNegotiation")
+    for key in ("apiCatalog", "openapi", "aiPlugin"):
+        if doors[key].get("present"):
+            readable.append(key)
+    for key, verdict in (("mcp", mcp), ("nlweb", nlweb)):
+        if verdict["verdict"] == "unknown":
+            unknowns.append(key)
+    for key, value in doors.items():
+        if value.get("unknown"):
+            unknowns.append(key)
+    if md.get("error"):
+        unknowns.append("mdNegotiation")
+    if llms.get("unknown"):
+        unknowns.append("llmsTxt")
+    if action:
+        verdict, note = "agent-native", "an agent can act here: " + ", ".join(action)
+    elif readable:
+        verdict, note = "agent-readable", "an agent can read this site well but has no door to act through"
+    else:
+        verdict, note = "human-only", "nothing here is made for agents yet"
+    return {"verdict": verdict, "note": note, "action": action, "readable": readable, "unknowns": unknowns}

@@ -1,0 +1,137 @@
+"""The weekly census: the lens run over a roster of 16 sites, one row per site per run, and its reader.
+
+`run_census` scans each roster site (no bot views) four at a time, outside any transaction, then
+writes every row of the run in one transaction; a run where every site failed raises and writes
+nothing. `census(conn)` answers `/lens/census.json`: each site's latest score, tier, level, doors
+and surfaces, the change since its previous run (`delta`) and its whole series.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+from .. import db
+from ..web import ApiError
+from .discovery import DnsClient
+from .fetch import Fetcher
+from .scan import scan, summary
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS lens_census (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    ts TEXT NOT NULL,
+    ymd TEXT NOT NULL,
+    host TEXT NOT NULL,
+    url TEXT NOT NULL,
+    tier TEXT,
+    score INTEGER,
+    level INTEGER,
+    doors INTEGER,
+    verdict TEXT,
+    surfaces TEXT,
+    error TEXT,
+    UNIQUE (run_id, host)
+);
+CREATE INDEX IF NOT EXISTS lens_census_host ON lens_census(host, ts);
+"""
+
+DEFAULT_ROSTER = (
+    ("aadhar.sh", "https://aadhar.sh/"), ("stripe.com", "https://stripe.com/"), ("shopify.com", "https://shopify.com/"),
+    ("vercel.com", "https://vercel.com/"), ("cloudflare.com", "https://cloudflare.com/"), ("github.com", "https://github.com/"),
+    ("anthropic.com", "https://anthropic.com/"), ("openai.com", "https://openai.com/"),
+    ("perplexity.ai", "https://perplexity.ai/"), ("nytimes.com", "https://nytimes.com/"), ("wsj.com", "https://wsj.com/"),
+    ("theverge.com", "https://theverge.com/"), ("reddit.com", "https://reddit.com/"),
+    ("daringfireball.net", "https://daringfireball.net/"),
+    ("wikipedia.org", "https://en.wikipedia.org/wiki/Semantic_Web"), ("example.com", "https://example.com/"),
+)
+
+
+def roster(settings) -> list[tuple[str, str]]:
+    """(host, url) pairs from `[lens] census_roster`: URLs, or {host, url} tables; the default roster otherwise."""
+    configured = (settings.section("lens") if settings is not None else {}).get("census_roster")
+    if not isinstance(configured, (list, tuple)) or not configured:
+        return list(DEFAULT_ROSTER)
+    out = []
+    for entry in configured:
+        if isinstance(entry, str) and entry.strip():
+            url = entry.strip() if "://" in entry else "https://" + entry.strip()
+            host = (urlsplit(url).hostname or url).removeprefix("www.")
+            out.append((host, url))
+        elif hasattr(entry, "get") and isinstance(entry.get("url"), str):
+            out.append((str(entry.get("host") or urlsplit(entry["url"]).hostname), entry["url"]))
+    return out or list(DEFAULT_ROSTER)
+
+
+def _row(run_id: str, ts: str, host: str, url: str, settings, fetcher, dns) -> dict:
+    row = {"run_id": run_id, "ts": ts, "ymd": ts[:10], "host": host, "url": url, "tier": None, "score": None,
+           "level": None, "doors": None, "verdict": None, "surfaces": None, "error": None}
+    try:
+        obs = scan(url, settings, fetcher=fetcher, bot_views=False, dns=dns)
+    except ApiError as failed:
+        row["error"] = failed.body["error"]
+        return row
+    except Exception as exc:  # one site's surprise must not sink the other fifteen
+        row["error"] = f"the scan failed ({type(exc).__name__})"
+        return row
+    seen = summary(obs)
+    row.update(tier=seen["tier"], score=seen["readiness"], level=seen["level"], doors=seen["doors"],
+               verdict=obs["agent"]["strategy"]["verdict"], surfaces=json.dumps(seen["surfaces"]))
+    return row
+
+
+def run_census(settings, fetcher: Fetcher | None = None, dns: DnsClient | None = None) -> str:
+    """The census job: scan the roster, store one row per site for this run."""
+    sites = roster(settings)
+    ts = db.now_iso()
+    run_id = ts + f"-{time.monotonic_ns() % 1_000_000:06d}"
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="census") as pool:
+        rows = list(pool.map(lambda site: _row(run_id, ts, site[0], site[1], settings, fetcher, dns), sites))
+    failed = [r for r in rows if r["error"]]
+    if len(failed) == len(rows):
+        raise RuntimeError(f"census: all {len(rows)} sites failed (first: {failed[0]['host']}: {failed[0]['error']})")
+    conn = db.connect(settings.db_path)
+    try:
+        conn.isolation_level = None
+        conn.executescript(SCHEMA)
+        with db.transaction(conn):
+            conn.executemany(
+                "INSERT INTO lens_census(run_id, ts, ymd, host, url, tier, score, level, doors, verdict, surfaces, error) "
+                "VALUES (:run_id, :ts, :ymd, :host, :url, :tier, :score, :level, :doors, :verdict, :surfaces, :error)", rows)
+    finally:
+        conn.close()
+    return f"census: {len(rows) - len(failed)} of {len(rows)} sites scanned" + (
+        f"; failed: {', '.join(r['host'] for r in failed)}" if failed else "")
+
+
+def census(conn: sqlite3.Connection, settings=None) -> dict:
+    """The Census body. Raises ApiError 503 when the census storage cannot be read."""
+    try:
+        rows = conn.execute("SELECT run_id, ts, ymd, host, url, tier, score, level, doors, verdict, surfaces, error "
+                            "FROM lens_census ORDER BY ts, id").fetchall()
+    except sqlite3.Error:
+        raise ApiError(503, "The census storage cannot be read right now; try again later.",
+                       code="storage_unavailable", ok=False) from None
+    by_host: dict[str, list] = {}
+    for row in rows:
+        by_host.setdefault(row["host"], []).append(row)
+    sites = []
+    for host, history in by_host.items():
+        good = [r for r in history if r["error"] is None]
+        latest = history[-1]
+        shown = good[-1] if good else latest
+        delta = (good[-1]["score"] - good[-2]["score"]) if len(good) >= 2 and None not in (good[-1]["score"], good[-2]["score"]) else None
+        site = {"host": host, "url": shown["url"], "tier": shown["tier"], "score": shown["score"],
+                "level": shown["level"], "doors": shown["doors"], "verdict": shown["verdict"], "delta": delta,
+                "surfaces": json.loads(shown["surfaces"]) if shown["surfaces"] else None, "lastYmd": shown["ymd"],
+                "series": [{"ymd": r["ymd"], "score": r["score"], "tier": r["tier"], "doors": r["doors"]} for r in good]}
+        if latest["error"]:
+            site["error"] = latest["error"]
+        sites.append(site)
+    sites.sort(key=lambda s: (s["score"] is None, -(s["score"] or 0), s["host"]))
+    ymds = sorted({r["ymd"] for r in rows})
+    return {"ok": True, "roster": [host for host, _ in roster(settings)], "snapshots": len({r["run_id"] for r in rows}),
+            "firstYmd": ymds[0] if ymds else None, "lastYmd": ymds[-1] if ymds else None, "sites": sites}

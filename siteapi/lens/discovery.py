@@ -1,0 +1,461 @@
+"""Discovery: the well-known paths of the target's origin as Probe objects, DNS-AID and the wire pass.
+
+A probe passes on what the body is - its content type and shape - never on a bare 200: an SPA
+answering `200 text/html` for `/llms.txt` is a miss with a note saying so. Every subrequest goes
+through one `Subrequests` budget (one deadline for the whole scan, a per-probe timeout, a cap on
+how many are made). DNS goes through a `DnsClient` (dnspython); tests point it at a loopback
+name server. The discovery result of an origin is cached in site.db for `discovery_cache_hours`.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+from urllib.parse import urljoin, urlsplit
+
+from .. import db
+from .fetch import FetchFailed, Fetcher, FetchRefused, FetchResult, parse_target
+from .page import is_binary, mime_of
+
+PROBE_BODY_CHARS = 2_000          # a probe's `body` in the observation
+PROBE_CAP = 256 * 1024            # bytes read per probe
+ROBOTS_CAP = 512 * 1024           # Google reads the first 500 KiB of robots.txt
+DOCUMENT_CAP = 1024 * 1024        # OpenAPI documents are read whole (the keyless check needs every operation)
+ENDPOINT_CAP = 4 * 1024           # /mcp and /ask: the first bytes say what answered
+SHOWN_HEADERS = ("content-type", "content-length", "cache-control", "vary", "link", "www-authenticate",
+                 "location", "content-signal", "tdm-reservation", "x-robots-tag", "cf-mitigated")
+DNS_AID_PREFIXES = ("_index", "_a2a", "_mcp")
+DNS_TIMEOUT_S = 4.5               # all the DNS-AID lookups together, and the ECH lookup
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS lens_discovery_cache (
+    origin TEXT PRIMARY KEY,
+    fetched_at REAL NOT NULL,
+    observed_at TEXT NOT NULL,
+    payload TEXT NOT NULL
+);
+"""
+
+
+class CapReached(Exception):
+    """The scan's subrequest cap is spent; the probe is reported as not made."""
+
+
+class Subrequests:
+    """One scan's budget: a deadline shared by every subrequest, a per-probe timeout and a cap."""
+
+    def __init__(self, fetcher: Fetcher, deadline: float, cap: int, probe_timeout_s: float):
+        self.fetcher = fetcher
+        self.deadline = deadline
+        self.cap = cap
+        self.probe_timeout_s = probe_timeout_s
+        self.made = 0
+        self.capped = False
+        self._lock = threading.Lock()
+
+    def take(self) -> None:
+        with self._lock:
+            if self.made >= self.cap:
+                self.capped = True
+                raise CapReached(f"not fetched: the scan's cap of {self.cap} subrequests was reached")
+            self.made += 1
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def fetch(self, url: str, headers: dict | None = None, cap_bytes: int = PROBE_CAP,
+              timeout_s: float | None = None) -> FetchResult:
+        self.take()
+        if self.remaining() <= 0:
+            raise FetchFailed("not fetched: the scan's deadline had passed")
+        own = time.monotonic() + (timeout_s or self.probe_timeout_s)
+        return self.fetcher.fetch(url, headers, cap_bytes=cap_bytes, deadline=min(self.deadline, own))
+
+
+# --- what a body is -----------------------------------------------------------------------------
+
+def body_text(result: FetchResult) -> str:
+    return result.body.decode("utf-8", errors="replace")
+
+
+def looks_html(result: FetchResult) -> bool:
+    mime = mime_of(result.content_type)
+    if mime in ("text/html", "application/xhtml+xml"):
+        return True
+    head = result.body[:512].lstrip().lower()
+    return head.startswith((b"<!doctype html", b"<html", b"<head", b"<body"))
+
+
+def plain_text(result: FetchResult) -> str | None:
+    """The body as text when it is text and not an HTML page, else None."""
+    if looks_html(result):
+        return None
+    if is_binary(result.body, result.content_type) or b"\x00" in result.body[:8192]:
+        return None
+    return body_text(result)
+
+
+def json_body(result: FetchResult):
+    """The parsed JSON body, or raises ValueError with a sentence."""
+    if looks_html(result):
+        raise ValueError(f"answered {mime_of(result.content_type) or 'HTML'}, not JSON (a soft 404?)")
+    try:
+        return json.loads(body_text(result))
+    except (json.JSONDecodeError, RecursionError):
+        raise ValueError("the body is not valid JSON" + (" (cut at the size cap)" if result.truncated else "")) from None
+
+
+def _text_check(result: FetchResult, what: str, must: Callable[[str], bool] | None = None, hint: str = ""):
+    text = plain_text(result)
+    if text is None:
+        return f"answered {mime_of(result.content_type) or 'something'} that is not a {what} (a soft 404 or binary)"
+    if not text.strip():
+        return f"the {what} is empty"
+    if must and not must(text):
+        return f"the body does not look like a {what}{hint}"
+    return None
+
+
+def _json_check(result: FetchResult, what: str, shape: Callable[[object], bool], hint: str):
+    try:
+        data = json_body(result)
+    except ValueError as bad:
+        return str(bad)
+    if not shape(data):
+        return f"the JSON is not a {what}: {hint}"
+    return None
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+_ROBOTS_LINE = re.compile(r"^\s*(user-agent|allow|disallow|sitemap|crawl-delay|content-signal)\s*:", re.I | re.M)
+
+
+def _robots_shape(text: str) -> bool:
+    return bool(_ROBOTS_LINE.search(text)) or not text.strip()
+
+
+def _is_obj(data) -> bool:
+    return isinstance(data, dict)
+
+
+# A validator returns None when the body is what the path promises, else a note saying why not.
+VALIDATORS: dict[str, Callable[[FetchResult], str | None]] = {
+    "robotsTxt": lambda r: None if (plain_text(r) is not None and _robots_shape(plain_text(r))) else
+        "answered something that is not a robots.txt (HTML, binary or no directives)",
+    "llmsTxt": lambda r: _text_check(r, "llms.txt", lambda t: _first_line(t).startswith("# "),
+                                     " (llmstxt.org: the first line is a '# Title')"),
+    "llmsFullTxt": lambda r: _text_check(r, "llms-full.txt"),
+    "aiTxt": lambda r: _text_check(r, "ai.txt"),
+    "securityTxt": lambda r: _text_check(r, "security.txt", lambda t: re.search(r"^\s*contact\s*:", t, re.I | re.M) is not None,
+                                         " (RFC 9116 requires a Contact: line)"),
+    "authMd": lambda r: _text_check(r, "Markdown document"),
+    "agentsMd": lambda r: _text_check(r, "Markdown document"),
+    "webBotAuth": lambda r: _json_check(r, "JWKS", lambda d: _is_obj(d) and isinstance(d.get("keys"), list) and bool(d["keys"]),
+                                        "a key directory has a non-empty keys array"),
+    "openidConfiguration": lambda r: _json_check(r, "OpenID configuration", lambda d: _is_obj(d) and isinstance(d.get("issuer"), str),
+                                                 "it needs an issuer"),
+    "oauthAuthorizationServer": lambda r: _json_check(r, "OAuth server metadata", lambda d: _is_obj(d) and isinstance(d.get("issuer"), str),
+                                                      "RFC 8414 metadata needs an issuer"),
+    "oauthProtectedResource": lambda r: _json_check(r, "protected-resource metadata", lambda d: _is_obj(d) and isinstance(d.get("resource"), str),
+                                                    "RFC 9728 metadata needs a resource"),
+    "mcpServerCard": lambda r: _json_check(r, "MCP server card", lambda d: _is_obj(d) and (
+        isinstance(d.get("serverInfo"), dict) or isinstance(d.get("remotes"), list) or isinstance(d.get("transport"), dict)),
+        "a card has serverInfo and transport, or remotes"),
+    "agentSkills": lambda r: _json_check(r, "agent skills index", lambda d: _is_obj(d) and isinstance(d.get("skills"), list),
+                                         "the index has a skills array"),
+    "apiCatalog": lambda r: _json_check(r, "API catalog", lambda d: _is_obj(d) and isinstance(d.get("linkset"), list),
+                                        "RFC 9727 catalogs are linksets with a linkset array"),
+    "openapi": lambda r: _json_check(r, "OpenAPI document", lambda d: _is_obj(d) and bool(d.get("openapi") or d.get("swagger"))
+                                     and isinstance(d.get("paths", {}), dict), "it needs an openapi version and paths"),
+    "aiPlugin": lambda r: _json_check(r, "ai-plugin manifest", lambda d: _is_obj(d) and bool(d.get("name_for_model") or d.get("schema_version")),
+                                      "it needs schema_version and name_for_model"),
+    "agentCard": lambda r: _json_check(r, "A2A agent card", lambda d: _is_obj(d) and isinstance(d.get("name"), str) and (
+        isinstance(d.get("skills"), list) or "url" in d or isinstance(d.get("supportedInterfaces"), list)),
+        "a card has a name and skills or an interface url"),
+    "tdmrep": lambda r: _json_check(r, "TDMRep file", lambda d: isinstance(d, list) and all(_is_obj(x) for x in d),
+                                    "it is an array of {location, tdm-reservation, tdm-policy}"),
+    "ucp": lambda r: _json_check(r, "commerce profile", _is_obj, "expected a JSON object"),
+    "acp": lambda r: _json_check(r, "commerce profile", _is_obj, "expected a JSON object"),
+    "ap2": lambda r: _json_check(r, "commerce profile", _is_obj, "expected a JSON object"),
+    "sitemapXml": lambda r: None if _sitemap_entries(r) is not None else
+        "answered something that is not a sitemap (no urlset or sitemapindex)",
+}
+
+# key -> (path, byte cap)
+PATHS: dict[str, tuple[str, int]] = {
+    "robotsTxt": ("/robots.txt", ROBOTS_CAP),
+    "sitemapXml": ("/sitemap.xml", PROBE_CAP),
+    "llmsTxt": ("/llms.txt", PROBE_CAP),
+    "llmsFullTxt": ("/llms-full.txt", 64 * 1024),
+    "aiTxt": ("/ai.txt", PROBE_CAP),
+    "securityTxt": ("/.well-known/security.txt", PROBE_CAP),
+    "webBotAuth": ("/.well-known/http-message-signatures-directory", PROBE_CAP),
+    "openidConfiguration": ("/.well-known/openid-configuration", PROBE_CAP),
+    "oauthAuthorizationServer": ("/.well-known/oauth-authorization-server", PROBE_CAP),
+    "oauthProtectedResource": ("/.well-known/oauth-protected-resource", PROBE_CAP),
+    "authMd": ("/auth.md", PROBE_CAP),
+    "mcpServerCard": ("/.well-known/mcp/server-card.json", PROBE_CAP),
+    "agentSkills": ("/.well-known/agent-skills/index.json", PROBE_CAP),
+    "apiCatalog": ("/.well-known/api-catalog", PROBE_CAP),
+    "openapi": ("/openapi.json", DOCUMENT_CAP),
+    "aiPlugin": ("/.well-known/ai-plugin.json", PROBE_CAP),
+    "agentCard": ("/.well-known/agent-card.json", PROBE_CAP),
+    "tdmrep": ("/.well-known/tdmrep.json", PROBE_CAP),
+    "ucp": ("/.well-known/ucp", PROBE_CAP),
+    "acp": ("/.well-known/acp.json", PROBE_CAP),
+    "ap2": ("/.well-known/ap2", PROBE_CAP),
+}
+# Documents whose parsed JSON later passes read (agent doors, readiness keyless).
+PARSED = ("openapi", "agentCard", "aiPlugin", "apiCatalog", "mcpServerCard", "tdmrep")
+
+_LOC = re.compile(rb"<loc>", re.I)
+
+
+def _sitemap_entries(result: FetchResult) -> int | None:
+    if is_binary(result.body, result.content_type) or looks_html(result):
+        return None
+    head = result.body[:4096].lower()
+    if b"<urlset" not in head and b"<sitemapindex" not in head:
+        return None
+    return len(_LOC.findall(result.body))
+
+
+# --- probes -------------------------------------------------------------------------------------
+
+def probe_result(key: str, url: str, result: FetchResult | None = None, error: str | None = None) -> dict:
+    """The Probe object for one fetch outcome (API.md §2.5)."""
+    if result is None:
+        return {"ok": False, "url": url, "error": error or "not fetched"}
+    headers = {k: v for k, v in result.headers.items() if k in SHOWN_HEADERS}
+    if not 200 <= result.status < 300:
+        return {"ok": False, "status": result.status, "url": url, "headers": headers}
+    note = VALIDATORS[key](result) if key in VALIDATORS else None
+    probe = {"ok": note is None, "status": result.status, "url": url, "contentType": result.content_type,
+             "headers": headers, "truncated": result.truncated}
+    text = plain_text(result)
+    if text is not None or mime_of(result.content_type).endswith("json"):
+        probe["body"] = body_text(result)[:PROBE_BODY_CHARS]
+    if note:
+        probe["note"] = note
+    if key in ("sitemapXml", "sitemapDeclared") and note is None:
+        probe["entries"] = _sitemap_entries(result)
+    return probe
+
+
+@dataclass
+class Fetched:
+    """A probe plus what later passes need from it (the full text or parsed JSON)."""
+    probe: dict
+    text: str | None = None
+    data: object = None
+    status: int | None = None
+    unreachable: bool = False
+
+
+def run_probe(sub: Subrequests, key: str, url: str, cap: int = PROBE_CAP, headers: dict | None = None) -> Fetched:
+    try:
+        result = sub.fetch(url, headers, cap_bytes=cap)
+    except (FetchFailed, FetchRefused, CapReached) as failed:
+        return Fetched(probe_result(key, url, error=str(failed)), unreachable=True)
+    probe = probe_result(key, url, result)
+    fetched = Fetched(probe, status=result.status)
+    if probe["ok"]:
+        if key in PARSED:
+            fetched.data = json_body(result)
+        else:
+            fetched.text = plain_text(result)
+    elif key in ("agentCard", "openapi", "aiPlugin", "mcpServerCard") and 200 <= result.status < 300:
+        fetched.data = ValueError(probe.get("note", "malformed"))
+    return fetched
+
+
+def agents_md(sub: Subrequests, origin: str) -> dict:
+    """/agents.md, falling back to /AGENTS.md (the name the convention started with)."""
+    unknown = False
+    for variant in ("/agents.md", "/AGENTS.md"):
+        fetched = run_probe(sub, "agentsMd", origin + variant)
+        probe = fetched.probe
+        if probe["ok"]:
+            return {"ok": True, "present": True, "variant": variant, "status": probe["status"],
+                    "body": probe.get("body", ""), "truncated": probe.get("truncated", False)}
+        unknown = unknown or fetched.unreachable or (probe.get("status") or 0) >= 500
+    out = {"ok": True, "present": False, "unknown": unknown}
+    if probe.get("note"):
+        out["note"] = probe["note"]
+    if probe.get("status"):
+        out["status"] = probe["status"]
+    if probe.get("error"):
+        out["error"] = probe["error"]
+    return out
+
+
+def declared_sitemaps(robots_text: str | None, origin: str) -> list[str]:
+    if not robots_text:
+        return []
+    found = re.findall(r"^\s*sitemap\s*:\s*(\S+)", robots_text, re.I | re.M)
+    return [urljoin(origin + "/", url) for url in found[:5]]
+
+
+def sitemap_declared(sub: Subrequests, robots_text: str | None, origin: str, sitemap_ok: bool) -> dict | None:
+    """The sitemap robots.txt declares, probed when /sitemap.xml is not a valid sitemap itself."""
+    declared = declared_sitemaps(robots_text, origin)
+    if not declared:
+        return None
+    if sitemap_ok and declared[0] == origin + "/sitemap.xml":
+        return {"ok": True, "url": declared[0], "note": "same as /sitemap.xml"}
+    if sitemap_ok:
+        return {"ok": True, "url": declared[0], "note": "declared; /sitemap.xml already answered"}
+    try:
+        parse_target(declared[0], sub.fetcher.policy)
+    except FetchRefused as refused:
+        return {"ok": False, "url": declared[0][:300], "error": str(refused)}
+    return run_probe(sub, "sitemapDeclared", declared[0], PROBE_CAP).probe
+
+
+def feeds(rel_links: list[dict]) -> list[dict]:
+    kinds = ("application/rss+xml", "application/atom+xml", "application/feed+json", "application/json")
+    return [link for link in rel_links if "alternate" in link.get("rel", "").split()
+            and (link.get("type") or "").split(";")[0].strip().lower() in kinds]
+
+
+# --- DNS ----------------------------------------------------------------------------------------
+
+@dataclass
+class DnsAnswer:
+    name: str
+    status: int                    # rcode: 0 NOERROR, 2 SERVFAIL, 3 NXDOMAIN ...
+    authenticated: bool            # the AD flag
+    records: list = field(default_factory=list)   # rdata objects
+
+
+class DnsClient:
+    """DNS over dnspython. `nameservers`/`port` point it at a given server (tests run one on loopback)."""
+
+    def __init__(self, nameservers: list[str] | None = None, port: int = 53):
+        self.nameservers = nameservers
+        self.port = port
+
+    def query(self, name: str, rdtype: str, timeout: float) -> DnsAnswer:
+        """One query; raises DnsError with a sentence on timeout or no usable server."""
+        import dns.exception
+        import dns.flags
+        import dns.rcode
+        import dns.resolver
+
+        resolver = dns.resolver.Resolver(configure=self.nameservers is None)
+        if self.nameservers is not None:
+            resolver.nameservers = list(self.nameservers)
+            resolver.port = self.port
+        resolver.use_edns(0, dns.flags.DO, 1232)
+        resolver.flags = dns.flags.RD | dns.flags.AD
+        try:
+            answer = resolver.resolve(name, rdtype, lifetime=max(0.1, timeout), raise_on_no_answer=False)
+        except dns.resolver.NXDOMAIN:
+            return DnsAnswer(name, 3, False)
+        except dns.resolver.NoNameservers:
+            raise DnsError(f"no name server answered for {name} (SERVFAIL or refused)") from None
+        except dns.exception.Timeout:
+            raise DnsError(f"the DNS lookup of {name} timed out") from None
+        except dns.exception.DNSException as exc:
+            raise DnsError(f"the DNS lookup of {name} failed ({type(exc).__name__})") from None
+        response = answer.response
+        return DnsAnswer(name, response.rcode(), bool(response.flags & dns.flags.AD), list(answer.rrset or []))
+
+
+class DnsError(Exception):
+    pass
+
+
+def dns_aid(sub: Subrequests, dns: DnsClient, host: str) -> dict:
+    """DNS-AID: SVCB records at _index, _a2a and _mcp under _agents.<host>."""
+    names = [f"{prefix}._agents.{host}" for prefix in DNS_AID_PREFIXES]
+    records, errors = [], []
+    end = time.monotonic() + min(DNS_TIMEOUT_S, sub.remaining())
+    for name in names:
+        if time.monotonic() >= end:
+            errors.append(f"the DNS lookup of {name} was not made: the DNS time budget was spent")
+            continue
+        try:
+            sub.take()
+            answer = dns.query(name, "SVCB", max(0.1, end - time.monotonic()))
+        except (DnsError, CapReached) as failed:
+            errors.append(str(failed))
+            continue
+        records.append({"name": name, "status": answer.status, "dnssecValidated": answer.authenticated,
+                        "answers": len(answer.records)})
+    if not records:
+        return {"ok": False, "found": False, "error": errors[0] if errors else "no DNS answer", "names": names}
+    out = {"ok": True, "found": any(r["answers"] for r in records), "names": names, "records": records,
+           "dnssecValidated": all(r["dnssecValidated"] for r in records)}
+    if errors:
+        out["error"] = "; ".join(errors)
+    return out
+
+
+def ech(sub: Subrequests, dns: DnsClient, host: str) -> dict:
+    """ECH: an HTTPS record for the host with an `ech` SvcParam (key 5)."""
+    try:
+        sub.take()
+        answer = dns.query(host, "HTTPS", max(0.1, min(DNS_TIMEOUT_S, sub.remaining())))
+    except (DnsError, CapReached) as failed:
+        return {"observed": False, "recordPresent": False, "parsed": False, "error": str(failed)}
+    present = bool(answer.records)
+    observed = any(5 in getattr(record, "params", {}) for record in answer.records)
+    return {"observed": observed, "recordPresent": present, "parsed": present,
+            "dnssecValidated": answer.authenticated}
+
+
+def dictionary(headers: dict) -> dict:
+    """Compression dictionary transport, read from the page's own response headers."""
+    offer = headers.get("use-as-dictionary")
+    encoding = (headers.get("content-encoding") or "").strip().lower() or None
+    return {"observed": bool(offer) or encoding in ("dcb", "dcz"), "offer": offer,
+            "negotiates": encoding in ("dcb", "dcz"), "activeEncoding": encoding}
+
+
+# --- the cache ----------------------------------------------------------------------------------
+
+def origin_of(url: str, policy) -> str:
+    target = parse_target(url, policy)
+    default = 443 if target.scheme == "https" else 80
+    host = f"[{target.host}]" if ":" in target.host else target.host
+    return f"{target.scheme}://{host}" + ("" if target.port == default else f":{target.port}")
+
+
+def cache_read(conn: sqlite3.Connection | None, origin: str, hours: float) -> dict | None:
+    if conn is None or hours <= 0:
+        return None
+    try:
+        row = conn.execute("SELECT fetched_at, payload FROM lens_discovery_cache WHERE origin = ?", (origin,)).fetchone()
+    except sqlite3.Error:
+        return None
+    if row is None or time.time() - row[0] > hours * 3600:
+        return None
+    try:
+        return json.loads(row[1])
+    except ValueError:
+        return None
+
+
+def cache_write(conn: sqlite3.Connection | None, origin: str, payload: dict) -> None:
+    if conn is None:
+        return
+    try:
+        if conn.isolation_level is not None:
+            conn.isolation_level = None
+        with db.transaction(conn):
+            conn.execute("INSERT OR REPLACE INTO lens_discovery_cache(origin, fetched_at, observed_at, payload) "
+                         "VALUES (?, ?, ?, ?)", (origin, time.time(), db.now_iso(), json.dumps(payload)))
+    except sqlite3.Error:
+        pass  # a cache that cannot be written costs the next scan some time, not this answer
+
+
+def host_of(origin: str) -> str:
+    return (urlsplit(origin).hostname or "").strip("[]")

@@ -1,0 +1,70 @@
+"""`/lens/fetch`: one fetch through the safe fetcher, the page pass and its token cost, assembled
+into the page-derived LensObservation of API.md §2.5.
+
+Part 1 runs the page phase only, with or without `phases=page`; `phases` says so (a pass that
+did not run leaves its fields absent, never zero).
+"""
+from __future__ import annotations
+
+import logging
+
+from ..web import ApiError
+from . import cost, page
+from .fetch import USER_AGENT, FetchFailed, Fetcher, FetchRefused, FetchResult, fetcher_from_settings, lens_settings
+
+log = logging.getLogger(__name__)
+PHASES = ("page",)
+
+
+def inspect(url: str | None, settings, phases: str | None = "page", fetcher: Fetcher | None = None) -> dict:
+    """The LensObservation for `url`. Raises ApiError 400 (missing/refused URL, bad phases) or 502."""
+    if url is None or not str(url).strip():
+        raise ApiError(400, "Send the address to inspect as url, for example /lens/fetch?url=https://example.com/.",
+                       code="missing_url", ok=False, parameter="url")
+    if phases not in (None, "", *PHASES):
+        raise ApiError(400, "phases accepts only page (the fields derived from the page itself); leave it out for the full scan.",
+                       code="bad_phases", ok=False, parameter="phases")
+    conf = lens_settings(settings)
+    fetcher = fetcher or fetcher_from_settings(settings)
+    try:
+        result = fetcher.fetch(str(url))
+    except FetchRefused as refused:
+        raise ApiError(400, str(refused), code="url_refused", ok=False, parameter="url") from None
+    except FetchFailed as failed:
+        raise ApiError(502, str(failed), code="upstream_failed", ok=False) from None
+    return observation(result, conf, settings.site_host if settings is not None else "aadhar.sh")
+
+
+def observation(result: FetchResult, conf: dict, site_host: str) -> dict:
+    """The page-derived fields of a LensObservation for one fetch result."""
+    framable, frame_reason = page.frame_policy(result.headers, result.final_url, site_host)
+    body = result.body if result.body_unreadable is None else b""
+    try:
+        analysed = page.analyse(body, result.content_type, result.headers, result.final_url,
+                                parse_bytes=conf["parse_kb"] * 1024)
+    except Exception:  # a parser bug on hostile input must cost one answer, not the process
+        log.exception("page pass failed for %s", result.final_url)
+        raise ApiError(502, "The page could not be analysed.", code="upstream_failed", ok=False) from None
+    observed = {
+        "ok": True,
+        "url": result.url,
+        "finalUrl": result.final_url,
+        "redirected": result.redirected,
+        "status": result.status,
+        "contentType": result.content_type,
+        "binary": analysed.binary,
+        "truncated": result.truncated,
+        "elapsedMs": result.elapsed_ms,
+        "fetchedBy": USER_AGENT,
+        "headers": result.headers,
+        "framable": framable,
+        "frameReason": frame_reason,
+        "phases": {"page": True, "discovery": False, "botViews": False},
+        "anatomy": analysed.anatomy,
+        "structured": analysed.structured,
+        "ai": analysed.ai,
+        "cost": None if result.body_unreadable else cost.price(analysed, conf),
+    }
+    if result.body_unreadable:
+        observed["bodyUnreadable"] = result.body_unreadable
+    return observed

@@ -1,0 +1,364 @@
+"""The page pass: what a machine reads in one fetched page, from the page alone.
+
+`analyse()` turns a decoded body into the `anatomy`, `structured` and `ai` objects of a
+LensObservation (API.md §2.5), plus the strings cost.py prices. Parsing is selectolax (Lexbor)
+over at most `parse_bytes` of the body; output strings are capped (rawHtml 80,000 chars, text
+24,000). `frame_policy()` reads X-Frame-Options and CSP frame-ancestors.
+"""
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from dataclasses import dataclass, field
+from urllib.parse import urljoin, urlsplit
+
+import html_to_markdown
+from selectolax.lexbor import LexborHTMLParser
+
+RAW_HTML_CHARS = 80_000
+TEXT_CHARS = 24_000
+MARKDOWN_CHARS = 80_000
+JSONLD_BLOCKS = 100
+RAW_INVALID_CHARS = 2_000
+LIST_ITEMS = 200
+VALUE_CHARS = 2_000
+HEADING_CHARS = 300
+HEADINGS = 500
+# Lexbor's tree builder is quadratic in nesting depth (256 KiB of `<ul><li>` takes seconds), so
+# the parse stops where the page nests deeper than any real page does.
+NESTING_LIMIT = 2_048
+
+AI_CRAWLERS = ("gptbot", "chatgpt-user", "oai-searchbot", "claudebot", "claude-user", "claude-searchbot",
+               "anthropic-ai", "google-extended", "ccbot", "perplexitybot", "perplexity-user", "bytespider",
+               "applebot-extended", "meta-externalagent", "amazonbot", "cohere-ai", "diffbot", "youbot")
+MF1_ROOTS = ("vcard", "hentry", "hfeed", "vevent", "vcalendar", "hreview", "hreview-aggregate", "hproduct",
+             "hrecipe", "hresume", "hnews", "geo", "adr", "xoxo", "hlisting")
+_MF_SELECTOR = '[class^="h-"], [class*=" h-"], ' + ", ".join("." + c for c in MF1_ROOTS)
+_MF2_ROOT = re.compile(r"^h-[a-z0-9]+(-[a-z0-9]+)*$")
+_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9:-]*)")
+_NOT_NESTING = frozenset("area base br col embed hr img input link meta param source track wbr li p td th tr "
+                         "option optgroup dt dd rt rp thead tbody tfoot colgroup caption".split())
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+_TEXT_MIMES = ("application/xhtml+xml", "application/xml", "application/json", "application/javascript",
+               "application/ecmascript", "application/x-javascript", "application/rss+xml", "application/atom+xml")
+_MAGIC = (b"\x89PNG", b"GIF8", b"\xff\xd8\xff", b"%PDF", b"PK\x03\x04", b"\x1f\x8b", b"RIFF", b"\x00asm",
+          b"\x00\x00\x01\x00", b"OggS", b"fLaC", b"ID3", b"wOFF", b"wOF2", b"\x7fELF", b"MZ")
+_LINK_ENTRY = re.compile(r'<([^>]*)>((?:\s*;\s*[A-Za-z0-9*_.-]+\s*(?:=\s*(?:"[^"]*"|[^;,]*))?)*)')
+_LINK_PARAM = re.compile(r';\s*([A-Za-z0-9*_.-]+)\s*(?:=\s*("[^"]*"|[^;,]*))?')
+
+
+@dataclass
+class Page:
+    """One analysed page: the JSON objects and the full strings behind the capped ones."""
+    binary: bool
+    html: bool
+    anatomy: dict
+    structured: dict
+    ai: dict
+    parse_truncated: bool = False
+    parsed_bytes: int = 0
+    strings: dict = field(default_factory=dict)  # tier key -> full string (cost.py)
+
+
+def mime_of(content_type: str) -> str:
+    return content_type.split(";")[0].strip().lower()
+
+
+def is_binary(body: bytes, content_type: str) -> bool:
+    """Binary by declared type, or by sniffing a body that claims to be text (a Content-Type lie)."""
+    mime = mime_of(content_type)
+    texty = (not mime or mime.startswith("text/") or mime in _TEXT_MIMES or mime.endswith("+json")
+             or mime.endswith("+xml"))
+    if not texty:
+        return True
+    head = body[:1024]
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return False
+    return b"\x00" in head or head.startswith(_MAGIC)
+
+
+def is_html(body: bytes, content_type: str) -> bool:
+    mime = mime_of(content_type)
+    if mime in ("text/html", "application/xhtml+xml"):
+        return True
+    if mime:
+        return False
+    head = body[:512].lstrip().lower()
+    return head.startswith((b"<!doctype html", b"<html"))
+
+
+def decode_text(body: bytes, content_type: str, sniff_meta: bool) -> tuple[str, str]:
+    """(text, encoding used): BOM, then the charset parameter, then <meta charset>, else UTF-8."""
+    for bom, name in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+        if body.startswith(bom):
+            return body.decode(name, errors="replace"), name
+    candidates = re.findall(r'charset\s*=\s*"?([A-Za-z0-9_.:-]+)', content_type, re.I)
+    if sniff_meta:
+        match = _META_CHARSET.search(body[:2048])
+        if match:
+            candidates.append(match.group(1).decode("ascii", "replace"))
+    for name in candidates:
+        try:
+            return body.decode(name, errors="replace"), name
+        except (LookupError, UnicodeError, TypeError):
+            continue  # an unknown or non-text codec name: fall through to the next guess
+    return body.decode("utf-8", errors="replace"), "utf-8"
+
+
+def nesting_cut(text: str, limit: int = NESTING_LIMIT) -> int | None:
+    """Offset where open elements first nest deeper than `limit`, or None."""
+    depth = 0
+    for match in _TAG.finditer(text):
+        if match.group(2).lower() in _NOT_NESTING:
+            continue
+        if match.group(1):
+            depth = max(0, depth - 1)
+        else:
+            depth += 1
+            if depth > limit:
+                return match.start()
+    return None
+
+
+def analyse(body: bytes, content_type: str, headers: dict, url: str, parse_bytes: int = 256 * 1024) -> Page:
+    """The page pass over one decoded body."""
+    link_header = parse_link_header(headers.get("link", ""), url)
+    directives = {"metaRobots": None, "xRobotsTag": headers.get("x-robots-tag"), "namesAiCrawlers": False}
+    if is_binary(body, content_type):
+        anatomy = _anatomy(raw="", raw_bytes=len(body), text="", word_count=0)
+        return Page(True, False, anatomy, {}, {"llmsTxtPresent": False, "directives": _ai_directives(directives, {})})
+    if not is_html(body, content_type):
+        text, _ = decode_text(body, content_type, sniff_meta=False)
+        words = text.split()
+        anatomy = _anatomy(raw=text[:RAW_HTML_CHARS], raw_bytes=len(body), text=" ".join(words)[:TEXT_CHARS],
+                           word_count=len(words))
+        strings = {"text": " ".join(words), "raw": text}
+        if mime_of(content_type) == "text/markdown":
+            strings["markdown"] = text
+        ai = {"llmsTxtPresent": _mentions_llms_txt(link_header), "directives": _ai_directives(directives, {})}
+        return Page(False, False, anatomy, {}, ai, strings=strings)
+
+    parsed = body[:parse_bytes]
+    html, encoding = decode_text(parsed, content_type, sniff_meta=True)
+    truncated = len(body) > len(parsed)
+    cut = nesting_cut(html)
+    if cut is not None:
+        html, truncated = html[:cut], True
+        parsed = html.encode(encoding if encoding != "utf-16" else "utf-16-le", errors="replace")
+    tree = LexborHTMLParser(html)
+    base = _base_url(tree, url)
+    structured = _structured(tree, base, link_header)
+    meta_robots = [n.attributes.get("content") or "" for n in tree.css('meta[name="robots" i]')]
+    directives["metaRobots"] = ", ".join(meta_robots) if meta_robots else None
+    headings = [{"level": int(n.tag[1]), "text": " ".join((n.text() or "").split())[:HEADING_CHARS]}
+                for n in tree.css("h1, h2, h3, h4, h5, h6")[:HEADINGS]]
+    images = tree.css("img")
+    markdown = _markdown(html)
+    tree.strip_tags(["script", "style", "noscript", "template", "svg"])
+    root = tree.body or tree.root
+    words = (root.text(separator=" ") if root is not None else "").split()
+    text = " ".join(words)
+    anatomy = _anatomy(raw=html[:RAW_HTML_CHARS], raw_bytes=len(body), text=text[:TEXT_CHARS], word_count=len(words),
+                       images=len(images), images_no_alt=sum(1 for n in images if "alt" not in n.attributes),
+                       headings=headings)
+    anatomy["parsedBytes"] = len(parsed)
+    anatomy["parseTruncated"] = truncated
+    ai = {"markdown": markdown[:MARKDOWN_CHARS],
+          "llmsTxtPresent": _mentions_llms_txt(structured["relLinks"]),
+          "directives": _ai_directives(directives, structured["meta"])}
+    outline = "\n".join("#" * h["level"] + " " + h["text"] for h in headings)
+    raw_text = html if not truncated else decode_text(body, content_type, sniff_meta=True)[0]
+    strings = {"html": html, "text": text, "markdown": markdown, "outline": outline, "raw": raw_text}
+    return Page(False, True, anatomy, structured, ai, truncated, len(parsed), strings)
+
+
+def _anatomy(raw: str, raw_bytes: int, text: str, word_count: int, images: int = 0, images_no_alt: int = 0,
+             headings: list | None = None) -> dict:
+    return {"rawHtml": raw, "rawBytes": raw_bytes, "text": text, "wordCount": word_count, "imgTotal": images,
+            "imgNoAlt": images_no_alt, "headings": headings or []}
+
+
+def _markdown(html: str) -> str:
+    try:
+        return html_to_markdown.convert(html, html_to_markdown.ConversionOptions(extract_metadata=False)).content
+    except Exception:  # the converter's own errors on hostile markup; the rest of the pass stands
+        return ""
+
+
+def _base_url(tree, url: str) -> str:
+    base = tree.css_first("base[href]")
+    return urljoin(url, base.attributes.get("href") or "") if base is not None else url
+
+
+def _clip(value: str | None) -> str:
+    return (value or "").strip()[:VALUE_CHARS]
+
+
+def _structured(tree, base: str, link_header: list[dict]) -> dict:
+    title_node = tree.css_first("title")
+    meta: dict[str, str] = {}
+    og: dict[str, str] = {}
+    twitter: dict[str, str] = {}
+    for node in tree.css("meta[content]"):
+        attrs = node.attributes
+        key = (attrs.get("property") or attrs.get("name") or "").strip().lower()
+        if not key:
+            continue
+        bucket = og if key.startswith("og:") else twitter if key.startswith("twitter:") else meta
+        if key not in bucket and len(bucket) < LIST_ITEMS:
+            bucket[key[:200]] = _clip(attrs.get("content"))
+    jsonld, total = _jsonld(tree)
+    rel_links = [_rel_link(node.attributes, base) for node in tree.css("link[rel][href]")[:LIST_ITEMS]]
+    microformats: list[str] = []
+    for node in tree.css(_MF_SELECTOR):
+        for cls in (node.attributes.get("class") or "").split():
+            if (_MF2_ROOT.match(cls) or cls in MF1_ROOTS) and cls not in microformats:
+                microformats.append(cls)
+    return {
+        "title": " ".join((title_node.text() if title_node is not None else "").split())[:VALUE_CHARS],
+        "meta": meta, "og": og, "twitter": twitter,
+        "jsonld": jsonld, "jsonldTotal": total,
+        "microdata": {"itemtypes": _attribute_tokens(tree, "itemtype"), "props": _attribute_tokens(tree, "itemprop")},
+        "rdfa": {"typeof": _attribute_tokens(tree, "typeof"), "properties": _attribute_tokens(tree, "property")},
+        "microformats": microformats[:LIST_ITEMS],
+        "relLinks": rel_links + link_header[:LIST_ITEMS],
+    }
+
+
+def _attribute_tokens(tree, name: str) -> list[str]:
+    seen: dict[str, None] = {}
+    for node in tree.css(f"[{name}]"):
+        for token in (node.attributes.get(name) or "").split():
+            seen.setdefault(token[:200])
+        if len(seen) >= LIST_ITEMS:
+            break
+    return list(seen)[:LIST_ITEMS]
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not allowed in JSON")
+
+
+def _jsonld(tree) -> tuple[list[dict], int]:
+    blocks, total = [], 0
+    for node in tree.css("script[type]"):
+        if mime_of(node.attributes.get("type") or "") != "application/ld+json":
+            continue
+        total += 1
+        if len(blocks) >= JSONLD_BLOCKS:
+            continue
+        raw = node.text() or ""
+        try:
+            if not raw.strip():
+                raise ValueError("the block is empty")
+            data = json.loads(raw, parse_constant=_reject_constant)
+            blocks.append({"valid": True, "types": _jsonld_types(data),
+                           "json": json.dumps(data, indent=2, ensure_ascii=False)})
+        except RecursionError:
+            blocks.append({"valid": False, "error": "the JSON nests too deeply to read", "raw": raw[:RAW_INVALID_CHARS]})
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            blocks.append({"valid": False, "error": str(exc)[:300], "raw": raw[:RAW_INVALID_CHARS]})
+    return blocks, total
+
+
+def _jsonld_types(data) -> list[str]:
+    types: dict[str, None] = {}
+
+    def add(item):
+        if not isinstance(item, dict):
+            return
+        value = item.get("@type")
+        for t in (value if isinstance(value, list) else [value]):
+            if isinstance(t, str) and t:
+                types.setdefault(t[:200])
+        graph = item.get("@graph")
+        for member in (graph if isinstance(graph, list) else [graph]):
+            if isinstance(member, dict):
+                value = member.get("@type")
+                for t in (value if isinstance(value, list) else [value]):
+                    if isinstance(t, str) and t:
+                        types.setdefault(t[:200])
+
+    for item in (data if isinstance(data, list) else [data]):
+        add(item)
+    return list(types)
+
+
+def _rel_link(attrs: dict, base: str) -> dict:
+    link = {"rel": " ".join((attrs.get("rel") or "").lower().split())[:200],
+            "href": urljoin(base, (attrs.get("href") or "").strip())[:VALUE_CHARS]}
+    for key in ("type", "title", "hreflang"):
+        if attrs.get(key):
+            link[key] = _clip(attrs[key])
+    return link
+
+
+def parse_link_header(value: str, base: str) -> list[dict]:
+    """RFC 8288 Link header entries as RelLink objects (entries without rel are skipped)."""
+    links = []
+    for match in _LINK_ENTRY.finditer(value or ""):
+        params = {}
+        for name, raw in _LINK_PARAM.findall(match.group(2)):
+            params.setdefault(name.lower(), raw.strip().strip('"'))
+        if not params.get("rel"):
+            continue
+        link = {"rel": " ".join(params["rel"].lower().split())[:200],
+                "href": urljoin(base, match.group(1).strip())[:VALUE_CHARS]}
+        for key in ("type", "title", "hreflang"):
+            if params.get(key):
+                link[key] = params[key][:VALUE_CHARS]
+        links.append(link)
+        if len(links) >= LIST_ITEMS:
+            break
+    return links
+
+
+def _mentions_llms_txt(links: list[dict]) -> bool:
+    return any(urlsplit(link["href"]).path.endswith("/llms.txt") or "llms" in link["rel"].split() for link in links)
+
+
+def _ai_directives(directives: dict, meta: dict) -> dict:
+    header = (directives.get("xRobotsTag") or "").lower()
+    named = any(name in meta for name in AI_CRAWLERS) or any(f"{bot}:" in header for bot in AI_CRAWLERS)
+    return {**directives, "namesAiCrawlers": named}
+
+
+def frame_policy(headers: dict, final_url: str, site_host: str) -> tuple[bool, str | None]:
+    """(framable, reason): may `https://site_host` show this page in an iframe?"""
+    target = urlsplit(final_url)
+    same_origin = target.scheme == "https" and (target.hostname or "") == site_host
+    csp = headers.get("content-security-policy", "")
+    for policy in csp.split(","):  # each comma-separated policy is enforced on its own
+        for directive in policy.split(";"):
+            parts = directive.split()
+            if parts and parts[0].lower() == "frame-ancestors":
+                sources = [s.lower() for s in parts[1:]]
+                if not _frame_source_allows(sources, site_host, same_origin):
+                    shown = " ".join(parts[1:])[:200] or "'none'"
+                    return False, f"Content-Security-Policy frame-ancestors {shown}"
+                return True, f"Content-Security-Policy frame-ancestors {' '.join(parts[1:])[:200]}"
+    xfo = headers.get("x-frame-options", "").split(",")[0].strip().lower()
+    if xfo == "deny":
+        return False, "X-Frame-Options: DENY"
+    if xfo == "sameorigin":
+        return (True, "X-Frame-Options: SAMEORIGIN (same origin)") if same_origin else (False, "X-Frame-Options: SAMEORIGIN")
+    if xfo:
+        return True, f"X-Frame-Options {xfo[:60]!r} is not a value browsers enforce"
+    return True, None
+
+
+def _frame_source_allows(sources: list[str], site_host: str, same_origin: bool) -> bool:
+    for source in sources:
+        if source == "'none'":
+            continue
+        if source in ("*", "https:", "http:"):
+            return True
+        if source == "'self'":
+            if same_origin:
+                return True
+            continue
+        host = source.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+        if host == site_host or (host.startswith("*.") and site_host.endswith(host[1:])):
+            return True
+    return False

@@ -1,0 +1,440 @@
+"""The full lens scan: the page pass plus discovery, wire, terms, agent doors, bot views and readiness.
+
+Every subrequest of a scan (~37: the page, 21 well-known paths, agents.md, /mcp, /ask, the
+declared sitemap, DNS-AID and ECH lookups, the markdown check and 10 bot views) runs on one
+thread pool under ONE deadline and one subrequest cap; what did not finish in time is reported
+as not answered (`unknown`), never waited for. The origin's discovery result is cached in site.db
+for `discovery_cache_hours`. Also here: `summary` (LensSummary), `compare` (LensComparison) and
+`cloudflare_mode` (a CDN's agent-readiness level read from its scanner over MCP).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sqlite3
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from urllib.parse import quote
+
+import requests
+
+from .. import db
+from ..web import ApiError
+from . import agent, bots, discovery, observe, readiness, terms
+from .discovery import DnsClient, Fetched, Subrequests
+from .fetch import FetchFailed, Fetcher, FetchRefused, fetcher_from_settings, lens_settings
+
+log = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS lens_mode_cache (
+    url TEXT PRIMARY KEY,
+    fetched_at REAL NOT NULL,
+    payload TEXT NOT NULL
+);
+"""
+TIMED_OUT = "not answered before the scan's deadline"
+SCANNER_SOURCE = "Cloudflare agent-readiness scanner (isitagentready.com)"
+_LEVEL = re.compile(r"Level\s+([0-5])\s*/\s*5\s*(?:[—–:-]+\s*([^\n\r\"*]+))?", re.I)
+
+
+def scan_settings(settings) -> dict:
+    """The [lens] settings of the full scan, with defaults applied."""
+    section = settings.section("lens") if settings is not None else {}
+
+    def number(key, default, low, high):
+        value = section.get(key, default)
+        return default if isinstance(value, bool) or not isinstance(value, (int, float)) else max(low, min(high, value))
+
+    nameservers = section.get("dns_nameservers") or []
+    return {
+        "scan_timeout_s": float(number("scan_timeout_s", 10, 1, 60)),
+        "probe_timeout_s": float(number("probe_timeout_s", 5, 0.5, 30)),
+        "subrequest_cap": int(number("subrequest_cap", 48, 1, 200)),
+        "concurrency": int(number("scan_concurrency", 16, 1, 64)),
+        "discovery_cache_hours": float(number("discovery_cache_hours", 6, 0, 168)),
+        "cloudflare_scanner_url": str(section.get("cloudflare_scanner_url", "https://isitagentready.com/mcp")),
+        "cloudflare_report_url": str(section.get("cloudflare_report_url", "https://isitagentready.com/")),
+        "cloudflare_cache_hours": float(number("cloudflare_cache_hours", 6, 0, 168)),
+        "cloudflare_timeout_s": float(number("cloudflare_timeout_s", 9, 1, 30)),
+        "dns_nameservers": [str(n) for n in nameservers] if isinstance(nameservers, (list, tuple)) else [],
+    }
+
+
+def _dns_client(conf: dict) -> DnsClient:
+    servers = conf["dns_nameservers"]
+    if not servers:
+        return DnsClient()
+    host, _, port = servers[0].partition("#")  # "127.0.0.1#5353" names a port
+    return DnsClient([host] + [s.partition("#")[0] for s in servers[1:]], int(port or 53))
+
+
+def _missing_url(parameter: str = "url") -> ApiError:
+    return ApiError(400, f"Send the address to inspect as {parameter}, for example {parameter}=https://example.com/.",
+                    code="missing_url", ok=False, parameter=parameter)
+
+
+def _result(future: Future, fallback):
+    if future.done() and not future.cancelled():
+        try:
+            return future.result()
+        except Exception:  # a probe bug must cost one probe, not the scan
+            log.exception("lens probe failed")
+    return fallback
+
+
+def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: bool = True,
+         conn: sqlite3.Connection | None = None, dns: DnsClient | None = None) -> dict:
+    """The full LensObservation. Raises ApiError 400 (missing/refused URL) or 502 (page failed)."""
+    if url is None or not str(url).strip():
+        raise _missing_url()
+    conf, page_conf = scan_settings(settings), lens_settings(settings)
+    fetcher = fetcher or fetcher_from_settings(settings)
+    dns = dns or _dns_client(conf)
+    try:
+        target = fetcher.check(str(url))
+    except FetchRefused as refused:
+        raise ApiError(400, str(refused), code="url_refused", ok=False, parameter="url") from None
+    origin = discovery.origin_of(target.url, fetcher.policy)
+    deadline = time.monotonic() + conf["scan_timeout_s"]
+    sub = Subrequests(fetcher, deadline, conf["subrequest_cap"], conf["probe_timeout_s"])
+    cached = discovery.cache_read(conn, origin, conf["discovery_cache_hours"])
+    pool = ThreadPoolExecutor(max_workers=conf["concurrency"], thread_name_prefix="lens-scan")
+    try:
+        sub.take()
+        page_future = pool.submit(fetcher.fetch, target.url, deadline=deadline)
+        md_future = pool.submit(agent.md_negotiation, sub, target.url)
+        found = None if cached else _discovery_futures(pool, sub, origin)
+        dns_futures = {} if cached else {"dnsAid": pool.submit(discovery.dns_aid, sub, dns, discovery.host_of(origin)),
+                                         "ech": pool.submit(discovery.ech, sub, dns, discovery.host_of(origin))}
+        view_futures = [pool.submit(bots.view, sub, target.url, spec) for spec in bots.VIEWS] if bot_views else []
+        try:
+            page = page_future.result(timeout=max(0.1, sub.remaining()))
+        except FetchRefused as refused:
+            raise ApiError(400, str(refused), code="url_refused", ok=False, parameter="url") from None
+        except FetchFailed as failed:
+            raise ApiError(502, str(failed), code="upstream_failed", ok=False) from None
+        except TimeoutError:
+            raise ApiError(502, "The site took too long to answer.", code="upstream_failed", ok=False) from None
+        payload = cached or _collect_discovery(pool, sub, origin, found, dns_futures)
+        wait([md_future, *view_futures], timeout=max(0, sub.remaining()))
+        md = _result(md_future, {"supported": False, "error": TIMED_OUT})
+        views = [_result(f, ({"key": s[0], "label": s[1], "role": s[2], "userAgent": s[4], "status": None,
+                              "blocked": False, "challenge": False, "error": TIMED_OUT}, ""))
+                 for f, s in zip(view_futures, bots.VIEWS)]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    if not cached and payload.pop("_complete") and not sub.capped:
+        discovery.cache_write(conn, origin, payload)
+    payload.pop("_complete", None)
+
+    obs = observe.observation(page, page_conf, settings.site_host if settings is not None else "aadhar.sh")
+    obs["phases"] = {"page": True, "discovery": True, "botViews": bool(bot_views),
+                     "discoveryCached": bool(cached), "subrequestCap": sub.capped}
+    obs["discovery"] = _discovery_object(payload, origin, obs)
+    obs["wire"] = {"dictionary": discovery.dictionary(page.headers), "ech": payload["ech"]}
+    obs["terms"] = _terms(payload, page, obs)
+    obs["agent"] = _agent(payload, obs, md)
+    rows = [row for row, _ in views]
+    if bot_views:
+        obs["phases"]["wallCheck"] = bots.wall_check(views, settings)
+    obs["botViews"] = rows
+    obs["readiness"] = readiness.readiness(obs, payload["docs"].get("openapi"), rows if bot_views else None)
+    return obs
+
+
+def _discovery_futures(pool, sub: Subrequests, origin: str) -> dict:
+    futures = {key: pool.submit(discovery.run_probe, sub, key, origin + path, cap)
+               for key, (path, cap) in discovery.PATHS.items()}
+    futures["agentsMd"] = pool.submit(discovery.agents_md, sub, origin)
+    futures["mcpEndpoint"] = pool.submit(agent.fetch_endpoint, sub, origin + "/mcp")
+    futures["askEndpoint"] = pool.submit(agent.fetch_endpoint, sub, origin + "/ask")
+    return futures
+
+
+def _collect_discovery(pool, sub: Subrequests, origin: str, futures: dict, dns_futures: dict) -> dict:
+    """Waits (within the deadline) for the discovery subrequests; what is missing is 'not answered'."""
+    for key in ("robotsTxt", "sitemapXml"):
+        wait([futures[key]], timeout=max(0, sub.remaining()))
+    robots = _result(futures["robotsTxt"], None)
+    sitemap = _result(futures["sitemapXml"], None)
+    declared = None
+    if robots is not None:
+        declared = pool.submit(discovery.sitemap_declared, sub, robots.text, origin, bool(sitemap and sitemap.probe["ok"]))
+    everything = [*futures.values(), *dns_futures.values(), *([declared] if declared else [])]
+    wait(everything, timeout=max(0, sub.remaining()))
+    complete = all(f.done() for f in everything)
+    fetched: dict[str, Fetched] = {}
+    for key, (path, _) in discovery.PATHS.items():
+        late = Fetched(discovery.probe_result(key, origin + path, error=TIMED_OUT), unreachable=True)
+        fetched[key] = _result(futures[key], late)
+    robots = fetched["robotsTxt"]
+    return {
+        "_complete": complete,
+        "probes": {key: f.probe for key, f in fetched.items()},
+        "docs": {key: f.data for key, f in fetched.items() if isinstance(f.data, (dict, list))},
+        "robots": {"text": robots.text, "status": robots.status, "unreachable": robots.unreachable},
+        "sitemapDeclared": _result(declared, {"ok": False, "url": "", "error": TIMED_OUT}) if declared else None,
+        "agentsMd": _result(futures["agentsMd"], {"ok": False, "present": False, "unknown": True, "error": TIMED_OUT}),
+        "mcpEndpoint": _result(futures["mcpEndpoint"], {"error": TIMED_OUT}),
+        "askEndpoint": _result(futures["askEndpoint"], {"error": TIMED_OUT}),
+        "dnsAid": _result(dns_futures["dnsAid"], {"ok": False, "found": False, "error": TIMED_OUT}),
+        "ech": _result(dns_futures["ech"], {"observed": False, "recordPresent": False, "parsed": False, "error": TIMED_OUT}),
+    }
+
+
+def _discovery_object(payload: dict, origin: str, obs: dict) -> dict:
+    probes = payload["probes"]
+    out = {"origin": origin, "feeds": discovery.feeds((obs.get("structured") or {}).get("relLinks") or []),
+           "oauthDiscovery": {"openidConfiguration": probes["openidConfiguration"],
+                              "oauthAuthorizationServer": probes["oauthAuthorizationServer"]},
+           "commerce": {"ucp": probes["ucp"], "acp": probes["acp"], "ap2": probes["ap2"]}}
+    for key in ("robotsTxt", "sitemapXml", "llmsTxt", "llmsFullTxt", "aiTxt", "securityTxt", "webBotAuth",
+                "oauthProtectedResource", "authMd", "mcpServerCard", "agentSkills", "apiCatalog", "openapi",
+                "aiPlugin", "agentCard", "tdmrep"):
+        out[key] = probes[key]
+    out["sitemapDeclared"] = payload["sitemapDeclared"]
+    out["dnsAid"] = payload["dnsAid"]
+    out["agentsMd"] = payload["agentsMd"]
+    return out
+
+
+def _terms(payload: dict, page, obs: dict) -> dict:
+    robots = payload["robots"]
+    state, why = terms.robots_state(robots["status"], robots["unreachable"], robots["text"])
+    board = terms.scoreboard(robots["text"], state, page.final_url, why)
+    signals = terms.content_signals(robots["text"] if state == "present" else None)
+    paid = terms.paid(page.status, page.headers, page.body)
+    challenged = bots.is_challenge(page.headers, page.body)
+    enforcement = {"status": page.status, "challenged": challenged,
+                   "blocked": challenged or page.status in terms.BLOCKING_STATUSES}
+    directives = terms.directives(obs.get("ai"))
+    tdm = terms.tdmrep(payload["docs"].get("tdmrep"), payload["probes"]["tdmrep"], page.headers,
+                       (obs.get("structured") or {}).get("meta"))
+    return {"path": "/robots.txt", "robotsPresent": state == "present", "robotsUnknown": state == "unknown",
+            "robotsError": why, "scoreboard": board, "signals": signals, "paid": paid, "enforcement": enforcement,
+            "directives": directives, "tdmrep": tdm,
+            "spectrum": terms.spectrum(board, state, signals, paid, enforcement, directives, tdm)}
+
+
+def _agent(payload: dict, obs: dict, md: dict) -> dict:
+    probes, docs = payload["probes"], payload["docs"]
+    mcp = agent.mcp_verdict(payload["mcpEndpoint"], bool(probes["mcpServerCard"].get("ok")))
+    nlweb = agent.nlweb_verdict(payload["askEndpoint"])
+    web_mcp = agent.webmcp((obs.get("anatomy") or {}).get("rawHtml", ""))
+    doors = {"agentCard": agent.door(probes["agentCard"], docs.get("agentCard"), agent.describe_card),
+             "openapi": agent.door(probes["openapi"], docs.get("openapi"), agent.describe_openapi),
+             "aiPlugin": agent.door(probes["aiPlugin"], docs.get("aiPlugin"), agent.describe_plugin),
+             "apiCatalog": agent.door(probes["apiCatalog"], docs.get("apiCatalog"), agent.describe_catalog)}
+    llms_probe = probes["llmsTxt"]
+    llms = {"present": bool(llms_probe.get("ok")),
+            "unknown": bool(llms_probe.get("error")) or (llms_probe.get("status") or 0) >= 500}
+    return {"mcp": mcp, "nlweb": nlweb, "webmcp": web_mcp, **doors, "mdNegotiation": md, "llmsTxt": llms,
+            "strategy": agent.strategy(mcp, nlweb, web_mcp, doors, md, llms)}
+
+
+# --- summary and compare ------------------------------------------------------------------------
+
+DOOR_VERDICTS = ("yes", "likely", "maybe")
+
+
+def doors(obs: dict) -> int | None:
+    a = obs.get("agent")
+    if not a:
+        return None
+    return (sum(1 for k in ("mcp", "nlweb") if a[k]["verdict"] in DOOR_VERDICTS) + int(a["webmcp"]["found"])
+            + sum(1 for k in ("agentCard", "openapi", "apiCatalog") if a[k].get("present")))
+
+
+def surfaces(obs: dict) -> dict | None:
+    a = obs.get("agent")
+    if not a:
+        return None
+    return {"llms": a["llmsTxt"]["present"], "markdown": a["mdNegotiation"]["supported"],
+            "mcp": a["mcp"]["verdict"] in ("yes", "likely"), "agentCard": bool(a["agentCard"].get("present")),
+            "apiCatalog": bool(a["apiCatalog"].get("present"))}
+
+
+def summary(obs: dict) -> dict:
+    """LensSummary (API.md §2.6) of one observation."""
+    anatomy = obs.get("anatomy") or {}
+    ready = obs.get("readiness")
+    cost = None
+    if obs.get("cost"):
+        tiers = {t["key"]: t for t in obs["cost"]["tiers"]}
+        tier = tiers.get("html") or tiers.get("raw") or next(iter(tiers.values()), None)
+        rate = obs["cost"]["rates"][0] if obs["cost"]["rates"] else None
+        if tier and rate:
+            cost = {"tokens": tier["tokens"], "usdPerRead": round(tier["tokens"] * rate["usdPerMtok"] / 1e6, 6),
+                    "model": rate["model"]}
+    terms_found = obs.get("terms")
+    return {
+        "url": obs["url"], "finalUrl": obs["finalUrl"], "redirected": obs["redirected"], "status": obs["status"],
+        "contentType": obs["contentType"], "elapsedMs": obs["elapsedMs"], "truncated": obs["truncated"],
+        "title": (obs.get("structured") or {}).get("title") or "", "wordCount": anatomy.get("wordCount", 0),
+        "bytes": anatomy.get("rawBytes"), "parsedBytes": anatomy.get("parsedBytes"),
+        "parseTruncated": bool(anatomy.get("parseTruncated")),
+        "readiness": ready["overall"] if ready else None, "fieldScore": ready["field"]["overall"] if ready else None,
+        "level": ready["level"] if ready else None, "levelName": ready["levelName"] if ready else None,
+        "levelNote": ready["levelNote"] if ready else None,
+        "tier": (terms_found["spectrum"]["tier"] if not terms_found["robotsUnknown"] or terms_found["spectrum"]["tier"] != "open"
+                 else "unknown") if terms_found else None,
+        "doors": doors(obs), "cost": cost, "phases": obs["phases"], "surfaces": surfaces(obs),
+    }
+
+
+COMPARED = (("status", "Status"), ("finalUrl", "Final URL"), ("contentType", "Content type"), ("title", "Title"),
+            ("wordCount", "Words"), ("bytes", "Bytes"), ("readiness", "Readiness score"), ("level", "Level"),
+            ("tier", "AI terms tier"), ("doors", "Agent doors"))
+SURFACE_LABELS = {"llms": "llms.txt", "markdown": "Markdown negotiation", "mcp": "MCP server",
+                  "agentCard": "A2A agent card", "apiCatalog": "API catalog"}
+
+
+def changes(left: dict, right: dict) -> list[dict]:
+    out = [{"field": key, "label": label, "before": left.get(key), "after": right.get(key)}
+           for key, label in COMPARED if left.get(key) != right.get(key)]
+    for key, label in SURFACE_LABELS.items():
+        before, after = (left.get("surfaces") or {}).get(key), (right.get("surfaces") or {}).get(key)
+        if before != after:
+            out.append({"field": f"surfaces.{key}", "label": label, "before": before, "after": after})
+    return out
+
+
+def compare(left: str | None, right: str | None, settings, fetcher: Fetcher | None = None,
+            dns: DnsClient | None = None) -> dict:
+    """LensComparison of two URLs (no bot views). 400 names the side refused; 502 the side that failed."""
+    fetcher = fetcher or fetcher_from_settings(settings)
+    for side, value in (("left", left), ("right", right)):
+        if value is None or not str(value).strip():
+            raise ApiError(400, f"Send both URLs: {side} is missing (for example {side}=https://example.com/).",
+                           code="missing_url", ok=False, parameter=side, side=side)
+        try:
+            fetcher.check(str(value))
+        except FetchRefused as refused:
+            raise ApiError(400, f"The {side} URL is refused: {refused}", code="url_refused", ok=False,
+                           parameter=side, side=side) from None
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="lens-compare") as pool:
+        futures = {side: pool.submit(scan, value, settings, fetcher, False, None, dns)
+                   for side, value in (("left", left), ("right", right))}
+        sides = {}
+        for side, future in futures.items():
+            try:
+                sides[side] = summary(future.result())
+            except ApiError as failed:
+                status = 400 if failed.status == 400 else 502
+                raise ApiError(status, f"The {side} URL could not be inspected: {failed.body['error']}",
+                               code=failed.body.get("code"), ok=False, side=side,
+                               **({"parameter": side} if status == 400 else {})) from None
+    return {"ok": True, "comparedAt": db.now_iso(), "left": sides["left"], "right": sides["right"],
+            "changes": changes(sides["left"], sides["right"])}
+
+
+# --- mode=cloudflare ----------------------------------------------------------------------------
+
+class ScannerError(Exception):
+    pass
+
+
+def _rpc(session: requests.Session, url: str, message: dict, headers: dict, timeout: float, cap: int = 192 * 1024):
+    response = session.post(url, json=message, headers=headers, timeout=timeout, stream=True)
+    raw = b""
+    for chunk in response.iter_content(16384):
+        raw += chunk
+        if len(raw) > cap:
+            break
+    response.close()
+    if response.status_code >= 400:
+        raise ScannerError(f"the scanner answered {response.status_code}")
+    text = raw[:cap].decode("utf-8", errors="replace")
+    if "text/event-stream" in response.headers.get("content-type", ""):
+        frames = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+        text = next((f for f in frames if '"id"' in f), frames[-1] if frames else "")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        raise ScannerError("the scanner's answer is not JSON-RPC") from None
+    if not isinstance(body, dict) or "error" in body and body["error"]:
+        raise ScannerError(f"the scanner returned an error: {str((body or {}).get('error'))[:200]}")
+    return body.get("result"), response.headers.get("mcp-session-id")
+
+
+def _read_level(result) -> tuple[int, str | None]:
+    if isinstance(result, dict):
+        if result.get("isError"):
+            raise ScannerError("the scanner's scan_site tool reported an error")
+        structured = result.get("structuredContent")
+        if isinstance(structured, dict) and isinstance(structured.get("level"), int) and 0 <= structured["level"] <= 5:
+            return structured["level"], structured.get("levelName")
+        text = " ".join(c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict))
+        match = _LEVEL.search(text)
+        if match:
+            return int(match.group(1)), (match.group(2) or "").strip() or None
+    raise ScannerError("the scanner's answer has no 'Level N/5' in it")
+
+
+def cloudflare_mode(url: str | None, settings, conn: sqlite3.Connection | None = None,
+                    fetcher: Fetcher | None = None) -> dict:
+    """That CDN's agent-readiness level for `url`, cached; `available:false` with `error` when unreadable."""
+    if url is None or not str(url).strip():
+        raise _missing_url()
+    conf = scan_settings(settings)
+    fetcher = fetcher or fetcher_from_settings(settings)
+    try:
+        target = fetcher.check(str(url))
+    except FetchRefused as refused:
+        raise ApiError(400, str(refused), code="url_refused", ok=False, parameter="url") from None
+    source_url = conf["cloudflare_report_url"] + "?url=" + quote(target.url, safe="")
+    base = {"ok": True, "source": SCANNER_SOURCE, "sourceUrl": source_url}
+    cached = _mode_cache_read(conn, target.url, conf["cloudflare_cache_hours"])
+    if cached:
+        return {**base, **cached, "fromCache": True}
+    try:
+        level, name = _scan_site(conf, target.url)
+    except (ScannerError, requests.RequestException) as failed:
+        error = str(failed) if isinstance(failed, ScannerError) else "the scanner could not be reached"
+        return {**base, "available": False, "level": None, "score": None, "levelName": None, "fromCache": False,
+                "error": error}
+    found = {"available": True, "level": level, "score": level * 20, "levelName": name}
+    _mode_cache_write(conn, target.url, found)
+    return {**base, **found, "fromCache": False}
+
+
+def _scan_site(conf: dict, url: str) -> tuple[int, str | None]:
+    endpoint, timeout = conf["cloudflare_scanner_url"], conf["cloudflare_timeout_s"]
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "User-Agent": "AadharshBot/1.0 (+https://aadhar.sh/bot)"}
+    with requests.Session() as session:
+        session.trust_env = False
+        _, session_id = _rpc(session, endpoint, {
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "aadhar.sh lens", "version": "1"}}}, headers, timeout)
+        headers = {**headers, "MCP-Protocol-Version": "2025-06-18",
+                   **({"Mcp-Session-Id": session_id} if session_id else {})}
+        result, _ = _rpc(session, endpoint, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                             "params": {"name": "scan_site", "arguments": {"url": url, "profile": "all"}}},
+                         headers, timeout)
+    return _read_level(result)
+
+
+def _mode_cache_read(conn, url: str, hours: float) -> dict | None:
+    if conn is None or hours <= 0:
+        return None
+    try:
+        row = conn.execute("SELECT fetched_at, payload FROM lens_mode_cache WHERE url = ?", (url,)).fetchone()
+        return json.loads(row[1]) if row and time.time() - row[0] <= hours * 3600 else None
+    except (sqlite3.Error, ValueError):
+        return None
+
+
+def _mode_cache_write(conn, url: str, payload: dict) -> None:
+    if conn is None:
+        return
+    try:
+        conn.isolation_level = None
+        with db.transaction(conn):
+            conn.execute("INSERT OR REPLACE INTO lens_mode_cache(url, fetched_at, payload) VALUES (?, ?, ?)",
+                         (url, time.time(), json.dumps(payload)))
+    except sqlite3.Error:
+        pass

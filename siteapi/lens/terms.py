@@ -1,0 +1,186 @@
+"""Terms: what the target says AI crawlers may do, and how strongly it says it.
+
+The robots scoreboard asks Google's own parser (fast-robotstxt) about every crawler of the one
+registry (`siteapi.feeds.crawlers`), with the product token, never a full UA string: the most
+specific group wins and replaces `*`, then the longest path, Allow on a tie. A robots.txt that
+answered 4xx allows everything; 5xx, unreachable or not text leaves every verdict `unknown`.
+Beside it: Content-Signal lines, pay-per-crawl and x402, enforcement seen by our own fetch,
+noai directives, W3C TDMRep, and the spectrum tier (open < signaled < enforced < paid).
+"""
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import urlsplit
+
+from robotstxt import RobotsMatcher
+
+from ..feeds.crawlers import CRAWLERS
+
+BLOCKING_STATUSES = (401, 403, 406, 429, 451)
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_FIELD = re.compile(r"^\s*([A-Za-z-]+)\s*:\s*(.*?)\s*(?:#.*)?$")
+TIERS = ("open", "signaled", "enforced", "paid")
+
+
+def robots_state(status: int | None, unreachable: bool, text: str | None) -> tuple[str, str | None]:
+    """('present' | 'absent' | 'unknown', why unknown) for a robots.txt fetch outcome."""
+    if unreachable or status is None:
+        return "unknown", "robots.txt could not be fetched"
+    if 400 <= status < 500:
+        return "absent", None
+    if status >= 500:
+        return "unknown", f"robots.txt answered {status}; a server error means crawlers must assume nothing"
+    if not 200 <= status < 300:
+        return "unknown", f"robots.txt answered {status}"
+    if text is None:
+        return "unknown", "robots.txt is not a text file (HTML or binary)"
+    return "present", None
+
+
+def _group_agents(lines: list[str], line_number: int) -> list[str]:
+    """The user-agent values of the group that line `line_number` (1-based) belongs to."""
+    index = min(line_number, len(lines)) - 1
+    agents: list[str] = []
+    while index >= 0:
+        match = _FIELD.match(lines[index])
+        key = match.group(1).lower() if match else ""
+        if key in ("user-agent", "useragent"):
+            agents.insert(0, match.group(2))
+        elif agents:
+            break
+        index -= 1
+    return agents
+
+
+def _matched_agent(agents: list[str], token: str) -> str | None:
+    lowered = token.lower()
+    for agent in agents:
+        name = agent.split("/")[0].strip()
+        if name and lowered.startswith(name.lower()) and name != "*":
+            return agent
+    return "*" if any(a.strip() == "*" for a in agents) else (agents[0] if agents else None)
+
+
+def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | None = None) -> list[dict]:
+    """One verdict per registry crawler for `page_url`'s path."""
+    rows = []
+    path_url = page_url if urlsplit(page_url).path else page_url + "/"
+    lines = _LINE_BREAK.split(robots_text or "")
+    for crawler in CRAWLERS:
+        row = {"ua": crawler["token"], "owner": crawler["owner"], "kind": crawler["kind"], "role": crawler["role"],
+               "verdict": "unknown", "matchedUa": None, "rule": None}
+        if state == "absent":
+            row.update(verdict="allow", note="no robots.txt (4xx): everything is allowed")
+        elif state == "present":
+            matcher = RobotsMatcher()  # the matcher keeps state between calls; one per question
+            allowed = matcher.is_allowed(robots_text or "", crawler["token"], path_url)
+            line = matcher.matching_line
+            row["verdict"] = "allow" if allowed else "block"
+            if line:
+                row["rule"] = lines[line - 1].strip()[:300] if line <= len(lines) else None
+                row["matchedUa"] = _matched_agent(_group_agents(lines, line), crawler["token"])
+            elif matcher.ever_seen_specific_agent:
+                row["matchedUa"] = crawler["token"]
+                row["note"] = "named in robots.txt; no rule matches this path"
+            else:
+                row["note"] = "no rule matches this path"
+        else:
+            row["note"] = note or "robots.txt unreadable"
+        rows.append(row)
+    return rows
+
+
+def content_signals(robots_text: str | None) -> list[dict]:
+    """Every Content-Signal line with the user agents of the group it sits in."""
+    out, agents, in_agents = [], ["*"], False
+    for line in _LINE_BREAK.split(robots_text or ""):
+        match = _FIELD.match(line)
+        if not match:
+            continue
+        key, value = match.group(1).lower(), match.group(2)
+        if key in ("user-agent", "useragent"):
+            agents = (agents if in_agents else []) + [value]
+            in_agents = True
+            continue
+        in_agents = False
+        if key == "content-signal" and len(out) < 50:
+            parsed = {}
+            for part in value.split(","):
+                name, _, setting = part.partition("=")
+                if name.strip():
+                    parsed[name.strip().lower()] = setting.strip().lower()
+            out.append({"agents": list(agents), "raw": line.strip()[:500], "parsed": parsed})
+    return out
+
+
+def paid(status: int, headers: dict, body: bytes) -> dict:
+    crawler_headers = {k: v for k, v in headers.items() if k.startswith("crawler-")}
+    x402 = None
+    if status == 402:
+        try:
+            data = json.loads(body[:64 * 1024].decode("utf-8", errors="replace"))
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and "x402Version" in data:
+            x402 = json.dumps(data)[:2000]
+    return {"http402": status == 402, "crawlerHeaders": crawler_headers, "x402": x402}
+
+
+def directives(ai: dict) -> dict:
+    found = (ai or {}).get("directives") or {}
+    meta, header = found.get("metaRobots"), found.get("xRobotsTag")
+    words = re.split(r"[\s,:;]+", f"{meta or ''} {header or ''}".lower())
+    return {"metaRobots": meta, "xRobotsTag": header, "noai": "noai" in words or "noimageai" in words}
+
+
+def tdmrep(data, probe: dict, headers: dict, meta: dict) -> dict:
+    """W3C TDMRep from the well-known file, the `tdm-reservation` header or meta tag."""
+    header = headers.get("tdm-reservation") or (meta or {}).get("tdm-reservation")
+    if isinstance(data, list):
+        rules = [r for r in data if isinstance(r, dict)]
+        first = rules[0] if rules else {}
+        reserved = any(str(r.get("tdm-reservation")) == "1" for r in rules) if rules else None
+        return {"present": True, "rules": len(rules), "reserved": reserved, "location": first.get("location"),
+                "policy": first.get("tdm-policy"), "body": probe.get("body")}
+    out = {"present": header is not None, "rules": 0, "reserved": None if header is None else header.strip() == "1",
+           "location": None, "policy": (headers.get("tdm-policy") or (meta or {}).get("tdm-policy"))}
+    if probe.get("note"):
+        out["invalid"] = probe["note"]
+    return out
+
+
+def spectrum(board: list[dict], state: str, signals: list[dict], paid_terms: dict, enforcement: dict,
+             found_directives: dict, tdm: dict) -> dict:
+    """The strongest tier found, with every reason for it and for the tiers below."""
+    reasons: dict[str, list[str]] = {tier: [] for tier in TIERS}
+    if paid_terms["http402"]:
+        reasons["paid"].append("the page answered 402 Payment Required")
+    if paid_terms["crawlerHeaders"]:
+        reasons["paid"].append("pay-per-crawl headers: " + ", ".join(sorted(paid_terms["crawlerHeaders"])))
+    if enforcement["challenged"]:
+        reasons["enforced"].append("our identified fetch was challenged")
+    elif enforcement["status"] in (401, 403, 451):
+        reasons["enforced"].append(f"our identified fetch got {enforcement['status']}")
+    blocked = [row["ua"] for row in board if row["verdict"] == "block"]
+    if blocked:
+        reasons["signaled"].append("robots.txt blocks " + ", ".join(blocked[:6]) + ("…" if len(blocked) > 6 else ""))
+    denied = sorted({f"{k}={v}" for s in signals for k, v in s["parsed"].items() if v and v != "yes"})
+    if denied:
+        reasons["signaled"].append("Content-Signal " + ", ".join(denied))
+    if found_directives["noai"]:
+        reasons["signaled"].append("noai / noimageai directive")
+    if tdm.get("present") and tdm.get("reserved") is not False:
+        reasons["signaled"].append("TDMRep reserves text and data mining rights")
+    for tier in reversed(TIERS[1:]):
+        if reasons[tier]:
+            return {"tier": tier, "reasons": reasons[tier] + [r for t in TIERS[1:TIERS.index(tier)] for r in reasons[t]]}
+    if state == "unknown":
+        why = "robots.txt unreadable, nothing else found"
+    elif state == "absent":
+        why = "no robots.txt: everything allowed"
+    elif signals:
+        why = "crawlers allowed and every Content-Signal is yes"
+    else:
+        why = "every named crawler is allowed"
+    return {"tier": "open", "reasons": [why]}

@@ -1,0 +1,163 @@
+"""Representation snapshots: one URL fetched as up to four client profiles, one row per profile.
+
+Backs the MCP tools representation_capture / representation_read / representation_compare.
+A profile is a set of request headers: `browser` (a desktop browser's Accept headers), `bot`
+(the lens's own crawler headers), `markdown` (`Accept: text/markdown`) and `identity` (no
+compression). Fetches go through the safe fetcher, concurrently, outside any transaction; the
+rows are written in one short transaction.
+"""
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+
+from .. import db
+from ..web import ApiError
+from . import page
+from .fetch import ACCEPT_ENCODING, ACCEPT_HTML, FetchFailed, Fetcher, FetchRefused, FetchResult
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS representation_snapshots (
+    id INTEGER PRIMARY KEY,
+    url TEXT NOT NULL,
+    profile TEXT NOT NULL,
+    observed_at TEXT NOT NULL,
+    final_url TEXT,
+    status INTEGER,
+    content_type TEXT,
+    content_encoding TEXT,
+    content_length TEXT,
+    cache_control TEXT,
+    vary TEXT,
+    etag TEXT,
+    last_modified TEXT,
+    server TEXT,
+    age TEXT,
+    body_bytes INTEGER,
+    body_hash TEXT,
+    truncated INTEGER,
+    title TEXT,
+    word_count INTEGER,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS representation_snapshots_url ON representation_snapshots(url, profile, observed_at);
+"""
+
+BROWSER_UA = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
+              "Chrome/141.0.0.0 Safari/537.36")
+PROFILES = {
+    "browser": {"User-Agent": BROWSER_UA, "Accept": ACCEPT_HTML, "Accept-Language": "en-US,en;q=0.9",
+                "Accept-Encoding": ACCEPT_ENCODING},
+    "bot": {"Accept": ACCEPT_HTML, "Accept-Encoding": ACCEPT_ENCODING},
+    "markdown": {"Accept": "text/markdown, text/plain;q=0.5", "Accept-Encoding": ACCEPT_ENCODING},
+    "identity": {"Accept": ACCEPT_HTML, "Accept-Encoding": "identity"},
+}
+DEFAULT_PROFILES = ("browser", "markdown", "identity")
+MAX_PROFILES = 4
+HEADER_COLUMNS = {"content_type": "content-type", "content_encoding": "content-encoding",
+                  "content_length": "content-length", "cache_control": "cache-control", "vary": "vary",
+                  "etag": "etag", "last_modified": "last-modified", "server": "server", "age": "age"}
+COMPARED = ("final_url", "status", *HEADER_COLUMNS, "body_bytes", "body_hash", "truncated", "title", "word_count",
+            "error")
+
+
+def parse_profiles(profiles) -> list[str]:
+    """The profile list from a list or a comma-separated string; raises ApiError 400 when wrong."""
+    if profiles is None or profiles == "" or profiles == []:
+        return list(DEFAULT_PROFILES)
+    items = profiles.split(",") if isinstance(profiles, str) else profiles
+    if not isinstance(items, (list, tuple)) or not all(isinstance(p, str) for p in items):
+        raise ApiError(400, "profiles must be a list of profile names: browser, bot, markdown, identity.",
+                       code="bad_profiles", parameter="profiles")
+    names = list(dict.fromkeys(p.strip().lower() for p in items if p.strip()))
+    unknown = [p for p in names if p not in PROFILES]
+    if unknown:
+        raise ApiError(400, f"Unknown profile {unknown[0][:40]!r}; use browser, bot, markdown or identity.",
+                       code="bad_profiles", parameter="profiles")
+    if len(names) > MAX_PROFILES:
+        raise ApiError(400, f"At most {MAX_PROFILES} profiles per capture.", code="bad_profiles", parameter="profiles")
+    return names or list(DEFAULT_PROFILES)
+
+
+def capture(conn: sqlite3.Connection, url: str, profiles=None, fetcher: Fetcher | None = None) -> dict:
+    """Fetch `url` as each profile and store one row per profile. Returns {ok, url, snapshots}."""
+    names = parse_profiles(profiles)
+    fetcher = fetcher or Fetcher()
+    if url is None or not str(url).strip():
+        raise ApiError(400, "Send the address to capture as url, for example https://example.com/.",
+                       code="missing_url", parameter="url")
+    try:
+        target = fetcher.check(str(url))
+    except FetchRefused as refused:
+        raise ApiError(400, str(refused), code="url_refused", parameter="url") from None
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        rows = list(pool.map(lambda name: _observe(fetcher, target.url, name), names))
+    ids = _store(conn, rows)
+    return {"ok": True, "url": target.url,
+            "snapshots": [{"id": row_id, **row} for row_id, row in zip(ids, rows)]}
+
+
+def read(conn: sqlite3.Connection, snapshot_id) -> dict:
+    """One stored snapshot. Raises ApiError 400 for a non-number id, 404 when it does not exist."""
+    return {"ok": True, "snapshot": _row(conn, snapshot_id)}
+
+
+def compare(conn: sqlite3.Connection, snapshot_id, fetcher: Fetcher | None = None) -> dict:
+    """Refetch a snapshot's URL with the same profile, store the new row, list what changed."""
+    before = _row(conn, snapshot_id)
+    fetcher = fetcher or Fetcher()
+    after = _observe(fetcher, before["url"], before["profile"])
+    (after_id,) = _store(conn, [after])
+    after = {"id": after_id, **after}
+    changes = [{"field": name, "before": before[name], "after": after[name]}
+               for name in COMPARED if before[name] != after[name]]
+    return {"ok": True, "before": before, "after": after, "changed": bool(changes), "changes": changes}
+
+
+def _observe(fetcher: Fetcher, url: str, profile: str) -> dict:
+    row = {"url": url, "profile": profile, "observed_at": db.now_iso(), "final_url": None, "status": None,
+           **{column: None for column in HEADER_COLUMNS}, "body_bytes": None, "body_hash": None,
+           "truncated": None, "title": None, "word_count": None, "error": None}
+    try:
+        result = fetcher.fetch(url, PROFILES[profile])
+    except (FetchRefused, FetchFailed) as exc:
+        row["error"] = str(exc)
+        return row
+    row.update(_describe(result))
+    return row
+
+
+def _describe(result: FetchResult) -> dict:
+    fields = {column: result.headers.get(header) for column, header in HEADER_COLUMNS.items()}
+    title, words = None, None
+    if result.body_unreadable is None:
+        analysed = page.analyse(result.body, result.content_type, result.headers, result.final_url)
+        title = analysed.structured.get("title") if analysed.html else None
+        words = analysed.anatomy["wordCount"]
+    return {**fields, "final_url": result.final_url, "status": result.status, "body_bytes": len(result.body),
+            "body_hash": "sha256:" + hashlib.sha256(result.body).hexdigest(), "truncated": int(result.truncated),
+            "title": title, "word_count": words,
+            "error": "undecodable content encoding" if result.body_unreadable else None}
+
+
+def _store(conn: sqlite3.Connection, rows: list[dict]) -> list[int]:
+    columns = list(rows[0])
+    sql = f"INSERT INTO representation_snapshots ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    ids = []
+    with db.transaction(conn):
+        for row in rows:
+            ids.append(conn.execute(sql, [row[c] for c in columns]).lastrowid)
+    return ids
+
+
+def _row(conn: sqlite3.Connection, snapshot_id) -> dict:
+    try:
+        key = int(str(snapshot_id).strip())
+    except (TypeError, ValueError):
+        raise ApiError(400, "snapshot_id must be the whole number a capture returned.", code="bad_snapshot_id",
+                       parameter="snapshot_id") from None
+    row = conn.execute("SELECT * FROM representation_snapshots WHERE id = ?", (key,)).fetchone()
+    if row is None:
+        raise ApiError(404, f"No snapshot has id {key}; capture one first.", code="not_found", parameter="snapshot_id")
+    return {name: row[name] for name in row.keys()}

@@ -1,0 +1,296 @@
+"""The MCP server at POST /mcp (JSON-RPC 2.0 over Streamable HTTP, stateless, JSON answers) and
+the two server cards, all generated from one tool registry (siteapi/mcp_tools.py).
+
+Two eras on one URL. Handshake era (2024-11-05 .. 2025-11-25): `initialize` echoes a supported
+version or offers the newest, `ping`, notifications get 202, batches of up to 16. 2026-07-28:
+no handshake; each request carries `_meta` with the protocol version and client capabilities,
+`MCP-Protocol-Version`/`Mcp-Method`/`Mcp-Name` headers must agree with the body, `server/discover`
+describes the server, results carry `resultType`, list results `ttlMs`/`cacheScope`, and errors
+map to HTTP statuses (404 for an unknown method, 400 for the rest). A request is modern when its
+`MCP-Protocol-Version` header names a modern version, or when it has no such header and its
+`_meta` names a protocol version.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from typing import Any
+
+import bottle
+from jsonschema import Draft202012Validator
+
+from siteapi import openapi
+from siteapi.mcp_tools import InProcess, Outcome, Tool, endpoint_tools, snapshot_limiter, snapshot_tools
+from siteapi.web import MAX_BODY_BYTES, Reply, body, caller
+
+log = logging.getLogger("siteapi.mcp")
+
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_VERSIONS = ("2026-07-28",)
+ALL_VERSIONS = HANDSHAKE_VERSIONS + MODERN_VERSIONS
+ASSUMED_VERSION = "2025-03-26"  # a handshake-era request without MCP-Protocol-Version
+MAX_BATCH = 16
+MAX_STRING = 4096
+LIST_TTL_MS = 3_600_000
+VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+CARD_TYPE = "application/mcp-server-card+json"
+CARD_CACHE = "public, max-age=3600"
+CARD_SCHEMA = "https://static.modelcontextprotocol.io/schemas/2025-12-11/server-card.schema.json"
+_ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-]+(:\d{1,5})?$|^https?://\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+HEADER_MISMATCH, UNSUPPORTED_VERSION = -32020, -32022
+MODERN_STATUS = {PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400, HEADER_MISMATCH: 400,
+                 UNSUPPORTED_VERSION: 400, METHOD_NOT_FOUND: 404}
+
+
+class RpcError(Exception):
+    def __init__(self, code: int, message: str, data: Any = None):
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+
+def rpc_error(msg_id, code: int, message: str, data: Any = None) -> dict:
+    error = {"code": code, "message": message, **({"data": data} if data is not None else {})}
+    return {"jsonrpc": "2.0", "id": msg_id, "error": error}
+
+
+def unsupported(requested) -> RpcError:
+    return RpcError(UNSUPPORTED_VERSION, f"MCP protocol version {str(requested)[:40]!r} is not supported; use one "
+                    f"of {', '.join(ALL_VERSIONS)}.", {"supported": list(ALL_VERSIONS), "requested": str(requested)[:40]})
+
+
+class McpServer:
+    """The registry plus the protocol; `handle` is the POST /mcp route handler."""
+
+    def __init__(self, site, settings, fetcher=None):
+        self.settings = settings
+        doc = openapi._load()
+        self.info = {"name": settings.site_name, "title": f"{settings.site_name} MCP server",
+                     "version": str(doc["info"]["version"]),
+                     "description": "Every capability of the site's read-only JSON API as a tool.",
+                     "websiteUrl": settings.url("/developers")}
+        self.instructions = ("Read-only tools over the public API of a personal site: search and ask its pages, "
+                             "query its photo archive, inspect public URLs (lens), and read its live feeds. "
+                             "No key needed; rate limits are per caller, shared with the HTTP endpoints.")
+        tools = endpoint_tools(doc, InProcess(site.wsgi)) + snapshot_tools(settings, snapshot_limiter(settings),
+                                                                           fetcher)
+        self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.validators = {t.name: Draft202012Validator(t.input_schema) for t in tools}
+
+    # -- HTTP ------------------------------------------------------------------------------------
+    def handle(self):
+        headers = bottle.request.headers
+        origin = headers.get("Origin")
+        if origin is not None and not _ORIGIN.match(origin.strip()):
+            return self._http(403, rpc_error(None, INVALID_REQUEST, "The Origin header must be an http(s) origin "
+                                             "such as https://example.com; null or malformed origins are refused."))
+        version_header = headers.get("MCP-Protocol-Version")
+        if version_header is not None and version_header not in ALL_VERSIONS:
+            exc = unsupported(version_header)
+            return self._http(400, rpc_error(None, exc.code, exc.message, exc.data))
+        raw = body(MAX_BODY_BYTES)
+        if len(raw) > MAX_BODY_BYTES:
+            return self._http(413, rpc_error(None, INVALID_REQUEST, "The request body is larger than 1 MB; send "
+                                             "smaller messages."))
+        try:
+            message = json.loads(raw)
+        except (ValueError, RecursionError):
+            return self._http(400, rpc_error(None, PARSE_ERROR, "The body is not JSON; send one JSON-RPC 2.0 "
+                                             "request object (or a batch array of them)."))
+        if isinstance(message, list):
+            return self._batch(message, version_header)
+        modern = self._is_modern(message, version_header)
+        answer = self.answer(message, version_header, modern)
+        if answer is None:
+            return Reply(b"", status=202, content_type="text/plain")
+        status = 200
+        if "error" in answer:
+            code = answer["error"]["code"]
+            status = MODERN_STATUS.get(code, 200) if modern else 400 if code in (PARSE_ERROR, INVALID_REQUEST) else 200
+        return self._http(status, answer)
+
+    def _batch(self, messages: list, version_header):
+        if version_header in MODERN_VERSIONS:
+            return self._http(400, rpc_error(None, INVALID_REQUEST, "Protocol 2026-07-28 takes one JSON-RPC "
+                                             "request per POST, not a batch."))
+        if not messages:
+            return self._http(400, rpc_error(None, INVALID_REQUEST, "An empty batch; send at least one request."))
+        if len(messages) > MAX_BATCH:
+            return self._http(413, rpc_error(None, INVALID_REQUEST, f"A batch holds at most {MAX_BATCH} "
+                                             f"messages; this one has {len(messages)}."))
+        answers = [a for a in (self.answer(m, version_header, False) for m in messages) if a is not None]
+        return self._http(200, answers) if answers else Reply(b"", status=202, content_type="text/plain")
+
+    @staticmethod
+    def _http(status: int, payload) -> Reply:
+        return Reply(payload, status=status)
+
+    @staticmethod
+    def _is_modern(message, version_header) -> bool:
+        if version_header is not None:
+            return version_header in MODERN_VERSIONS
+        params = message.get("params") if isinstance(message, dict) else None
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        return isinstance(meta, dict) and VERSION_KEY in meta
+
+    # -- JSON-RPC --------------------------------------------------------------------------------
+    def answer(self, message, version_header, modern: bool) -> dict | None:
+        """The response object for one message, or None for a notification or a client response."""
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return rpc_error(None, INVALID_REQUEST, 'Each message must be a JSON object with "jsonrpc": "2.0".')
+        msg_id = message.get("id")
+        if "id" in message and (isinstance(msg_id, bool) or not isinstance(msg_id, (str, int))):
+            return rpc_error(None, INVALID_REQUEST, "id must be a string or an integer.")
+        method = message.get("method")
+        if method is None and "id" in message and ("result" in message or "error" in message):
+            return None  # a response to a server request; this server sends none
+        if not isinstance(method, str) or not method:
+            return rpc_error(msg_id, INVALID_REQUEST, "method is missing; name the method as a string, "
+                             "for example tools/list.")
+        params = message.get("params", {})
+        if params is not None and not isinstance(params, (dict, list)):
+            return rpc_error(msg_id, INVALID_REQUEST, "params must be an object.")
+        if "id" not in message:
+            return None  # a notification: acknowledged with 202, nothing to act on statelessly
+        try:
+            if not isinstance(params, dict):
+                raise RpcError(INVALID_PARAMS, "params must be an object, not an array.")
+            if modern:
+                version = self._check_envelope(method, params)
+                result = self._modern(method, params, version)
+            else:
+                result = self._handshake(method, params, version_header or ASSUMED_VERSION)
+        except RpcError as exc:
+            return rpc_error(msg_id, exc.code, exc.message, exc.data)
+        except Exception:
+            log.exception("MCP %s failed", method)
+            return rpc_error(msg_id, INTERNAL_ERROR, "Something broke on our side while answering; try again later.")
+        return {"jsonrpc": "2.0", "id": msg_id, "result": result}
+
+    def _check_envelope(self, method: str, params: dict) -> str:
+        meta = params.get("_meta")
+        if not isinstance(meta, dict) or VERSION_KEY not in meta or CAPABILITIES_KEY not in meta:
+            raise RpcError(INVALID_PARAMS, f"params._meta must carry {VERSION_KEY!r} and {CAPABILITIES_KEY!r}.")
+        version, headers = meta[VERSION_KEY], bottle.request.headers
+        if headers.get("MCP-Protocol-Version") != version:
+            raise RpcError(HEADER_MISMATCH, "The MCP-Protocol-Version header must equal params._meta's protocol version.")
+        if headers.get("Mcp-Method") != method:
+            raise RpcError(HEADER_MISMATCH, "The Mcp-Method header must equal the body's method.")
+        if method == "tools/call" and params.get("name") is not None and headers.get("Mcp-Name") != params["name"]:
+            raise RpcError(HEADER_MISMATCH, "The Mcp-Name header must equal the tool name in the body.")
+        if version not in MODERN_VERSIONS:
+            raise unsupported(version)
+        return version
+
+    def _handshake(self, method: str, params: dict, version: str) -> dict:
+        if method == "initialize":
+            asked = params.get("protocolVersion")
+            return {"protocolVersion": asked if asked in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1],
+                    "capabilities": self.capabilities(), "serverInfo": self.info, "instructions": self.instructions}
+        if method == "ping":
+            return {}
+        if method == "tools/list":
+            self._no_cursor(params)
+            return {"tools": [self._for_version(t.listing(), version) for t in self.tools.values()]}
+        if method == "tools/call":
+            result = self.call(params)
+            if version < "2025-06-18":
+                result.pop("structuredContent", None)
+            return result
+        raise RpcError(METHOD_NOT_FOUND, f"Unknown method {method[:80]!r}; this server answers initialize, ping, "
+                       "tools/list and tools/call.")
+
+    def _modern(self, method: str, params: dict, version: str) -> dict:
+        stamp = {"resultType": "complete", "_meta": {SERVER_INFO_KEY: self.info}}
+        if method == "server/discover":
+            return {"supportedVersions": list(ALL_VERSIONS), "capabilities": self.capabilities(),
+                    "instructions": self.instructions, "ttlMs": LIST_TTL_MS, "cacheScope": "public", **stamp}
+        if method == "tools/list":
+            self._no_cursor(params)
+            return {"tools": [t.listing() for t in self.tools.values()], "ttlMs": LIST_TTL_MS,
+                    "cacheScope": "public", **stamp}
+        if method == "tools/call":
+            return {**self.call(params), **stamp}
+        raise RpcError(METHOD_NOT_FOUND, f"Unknown method {method[:80]!r}; protocol {version} answers "
+                       "server/discover, tools/list and tools/call.")
+
+    @staticmethod
+    def _no_cursor(params: dict) -> None:
+        if params.get("cursor") is not None:
+            raise RpcError(INVALID_PARAMS, "Unknown cursor: tools/list returns every tool on one page.")
+
+    @staticmethod
+    def _for_version(listing: dict, version: str) -> dict:
+        if version < "2025-06-18":
+            listing = {k: v for k, v in listing.items() if k not in ("title", "outputSchema")}
+        if version < "2025-03-26":
+            listing.pop("annotations", None)
+        return listing
+
+    def capabilities(self) -> dict:
+        return {"tools": {"listChanged": False}}
+
+    def call(self, params: dict) -> dict:
+        name, arguments = params.get("name"), params.get("arguments")
+        if not isinstance(name, str):
+            raise RpcError(INVALID_PARAMS, "tools/call needs params.name, the tool's name as a string.")
+        tool = self.tools.get(name)
+        if tool is None:
+            raise RpcError(INVALID_PARAMS, f"Unknown tool {name[:80]!r}; tools/list names the tools.",
+                           {"tools": sorted(self.tools)})
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise RpcError(INVALID_PARAMS, "params.arguments must be an object of the tool's parameters.")
+        too_long = [k for k, v in arguments.items() if isinstance(v, str) and len(v) > MAX_STRING]
+        if too_long:
+            raise RpcError(INVALID_PARAMS, f"Argument {too_long[0][:40]!r} is longer than {MAX_STRING} characters.")
+        error = next(iter(sorted(self.validators[name].iter_errors(arguments), key=lambda e: e.path)), None)
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+            raise RpcError(INVALID_PARAMS, f"Invalid arguments for {name} at {where}: {error.message[:300]}",
+                           {"inputSchema": tool.input_schema})
+        try:
+            outcome = tool.run(arguments, caller())
+        except Exception:
+            log.exception("MCP tool %s failed", name)
+            outcome = Outcome(error="The tool broke on our side; try again later.")
+        if outcome.error is not None:
+            return {"content": [{"type": "text", "text": outcome.error}], "isError": True}
+        return {"content": [{"type": "text", "text": json.dumps(outcome.result, ensure_ascii=False)}],
+                "structuredContent": outcome.result, "isError": False}
+
+    # -- server cards ----------------------------------------------------------------------------
+    def scanner_card(self) -> dict:
+        """/.well-known/mcp/server-card.json: the shape scanners read today, with the tool list."""
+        return {"version": "1.0", "protocolVersion": MODERN_VERSIONS[-1], "supportedProtocolVersions": list(ALL_VERSIONS),
+                "serverInfo": {k: self.info[k] for k in ("name", "title", "version", "description")},
+                "transport": {"type": "streamable-http", "url": self.settings.url("/mcp")},
+                "capabilities": {"tools": True, "resources": False, "prompts": False},
+                "authentication": {"required": False}, "documentationUrl": self.settings.url("/developers"),
+                "tools": [t.listing() for t in self.tools.values()]}
+
+    def draft_card(self) -> dict:
+        """/mcp/server-card: the SEP-2127 draft shape (no tool list)."""
+        host = self.settings.site_host
+        return {"$schema": CARD_SCHEMA, "name": ".".join(reversed(host.split("."))) + "/site",
+                "version": self.info["version"], "title": self.info["title"],
+                "description": self.info["description"][:100], "websiteUrl": self.settings.url("/"),
+                "remotes": [{"type": "streamable-http", "url": self.settings.url("/mcp"),
+                             "supportedProtocolVersions": list(ALL_VERSIONS)}]}
+
+    def scanner_card_reply(self):
+        return Reply(self.scanner_card(), cache=CARD_CACHE)
+
+    def draft_card_reply(self):
+        text = json.dumps(self.draft_card(), ensure_ascii=False, sort_keys=True)
+        etag = '"' + hashlib.sha256(text.encode()).hexdigest()[:32] + '"'
+        sent = [t.strip() for t in bottle.request.headers.get("If-None-Match", "").split(",")]
+        if etag in sent or "*" in sent:
+            return Reply(b"", status=304, headers={"ETag": etag}, cache=CARD_CACHE)
+        return Reply(text, content_type=CARD_TYPE, headers={"ETag": etag}, cache=CARD_CACHE)

@@ -1,0 +1,284 @@
+"""The MCP tool registry: tools derived from `siteapi/openapi.yaml`, served by the site itself.
+
+Every operation carrying `x-mcp` (one spec or a list of specs: `tool`, `title`, `openWorld`, and
+optionally `fixed` query values always sent, `hide` parameters kept out of the tool, `omit`
+top-level fields dropped from the result, `note` appended to the description) becomes a tool:
+its `inputSchema` comes from the operation's query parameters (or its JSON request body for a
+POST-only operation), its `outputSchema` from the 200 JSON response with every `$ref` inlined.
+A call runs the site's own WSGI app in-process with the caller's address, so shapes, errors and
+rate-limit budgets are exactly the HTTP endpoint's. The snapshot tools call `siteapi.lens.vault`
+directly, each under its own small rate policy.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import urlencode
+from wsgiref.util import setup_testing_defaults
+
+from siteapi import db, openapi
+from siteapi.config import RatePolicy
+from siteapi.ratelimit import RateLimiter
+from siteapi.web import ApiError
+
+CALL_TIMEOUT_S = 30
+SNAPSHOT_POLICIES = {"representation_capture": 4, "representation_compare": 8}  # quota per 60 s by default
+
+
+@dataclass
+class Tool:
+    name: str
+    title: str
+    description: str
+    input_schema: dict
+    output_schema: dict
+    open_world: bool
+    read_only: bool = True
+    run: Callable[[dict, str], "Outcome"] = field(default=None, repr=False)
+
+    def listing(self) -> dict:
+        return {"name": self.name, "title": self.title, "description": self.description,
+                "inputSchema": self.input_schema, "outputSchema": self.output_schema,
+                "annotations": {"title": self.title, "readOnlyHint": self.read_only, "destructiveHint": False,
+                                "idempotentHint": self.read_only, "openWorldHint": self.open_world}}
+
+
+@dataclass
+class Outcome:
+    """What a tool produced: the JSON result, or the endpoint's error sentence."""
+    result: dict | None = None
+    error: str | None = None
+
+
+# -- schemas from the OpenAPI document -------------------------------------------------------------
+def inline(doc: dict, node: Any, seen: tuple[str, ...] = (), names: bool = False) -> Any:
+    """A copy of `node` with every local `$ref` replaced by its target (a cycle becomes {}) and
+    OpenAPI's `example` keyword dropped (`names`: node maps property names, keep them all)."""
+    if isinstance(node, dict):
+        if "$ref" in node and not names:
+            ref = node["$ref"]
+            if ref in seen or not ref.startswith("#/"):
+                return {}
+            return inline(doc, openapi._resolve(doc, ref), seen + (ref,))
+        return {key: inline(doc, value, seen, names=not names and key in ("properties", "patternProperties"))
+                for key, value in node.items() if names or key != "example"}
+    if isinstance(node, list):
+        return [inline(doc, item, seen) for item in node]
+    return node
+
+
+def input_schema(doc: dict, method: str, op: dict, hidden: set[str]) -> dict:
+    if method == "post":
+        body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+        schema = inline(doc, body)
+        schema.setdefault("type", "object")
+        return schema
+    properties, required = {}, []
+    for param in (inline(doc, p) for p in op.get("parameters", [])):
+        if param.get("in") != "query" or param["name"] in hidden:
+            continue
+        prop = dict(param.get("schema", {}))
+        if param.get("description"):
+            prop["description"] = " ".join(param["description"].split())
+        properties[param["name"]] = prop
+        if param.get("required"):
+            required.append(param["name"])
+    schema = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def output_schema(doc: dict, op: dict, omitted: set[str]) -> dict:
+    ok = op.get("responses", {}).get("200", {})
+    content = inline(doc, ok).get("content", {})
+    schema = next((v.get("schema", {}) for k, v in content.items() if "json" in k), {})
+    schema = copy.deepcopy(schema) or {}
+    schema.setdefault("type", "object")
+    for name in omitted:
+        schema.get("properties", {}).pop(name, None)
+    if "required" in schema:
+        schema["required"] = [r for r in schema["required"] if r not in omitted]
+    return schema
+
+
+def describe(op: dict, note: str = "") -> str:
+    parts = [op.get("summary", "").strip().rstrip(".") + ".", " ".join((op.get("description") or "").split()), note]
+    return " ".join(p for p in parts if p and p != ".")
+
+
+# -- calling the site in-process -------------------------------------------------------------------
+class InProcess:
+    """Runs one request through the site's WSGI app on a worker thread (Bottle's request state is
+    per thread, so the outer /mcp request keeps its own) and returns (status, parsed JSON or None)."""
+
+    def __init__(self, wsgi, workers: int = 8):
+        self.wsgi = wsgi
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mcp-call")
+
+    def request(self, method: str, path: str, query: dict, body: dict | None, caller: str) -> tuple[int, Any]:
+        future = self.pool.submit(self._run, method, path, query, body, caller)
+        try:
+            return future.result(timeout=CALL_TIMEOUT_S)
+        except FutureTimeout:
+            return 504, {"error": f"The call took longer than {CALL_TIMEOUT_S} seconds; try again later."}
+
+    def _run(self, method, path, query, body, caller):
+        payload = json.dumps(body).encode() if body is not None else b""
+        environ: dict = {}
+        setup_testing_defaults(environ)
+        environ.update({"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": urlencode(query),
+                        "REMOTE_ADDR": caller, "HTTP_ACCEPT": "application/json", "wsgi.input": io.BytesIO(payload),
+                        "CONTENT_LENGTH": str(len(payload)), "CONTENT_TYPE": "application/json",
+                        "wsgi.errors": sys.stderr})
+        status = []
+        chunks = self.wsgi(environ, lambda s, headers, exc_info=None: status.append(int(s.split()[0])))
+        try:
+            raw = b"".join(chunks)
+        finally:
+            getattr(chunks, "close", lambda: None)()
+        try:
+            return status[0], json.loads(raw) if raw else None
+        except ValueError:
+            return status[0], None
+
+
+def as_query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(as_query_value(v) for v in value)
+    return str(value)
+
+
+def endpoint_tools(doc: dict, caller_app: InProcess) -> list[Tool]:
+    """One Tool per `x-mcp` spec in the OpenAPI document."""
+    tools = []
+    for path, method, op in openapi.operations(doc):
+        specs = op.get("x-mcp")
+        for spec in specs if isinstance(specs, list) else [specs] if specs else []:
+            fixed = {k: as_query_value(v) for k, v in (spec.get("fixed") or {}).items()}
+            omitted = set(spec.get("omit") or ())
+            tools.append(Tool(
+                name=spec["tool"], title=spec.get("title") or spec["tool"].replace("_", " ").title(),
+                description=describe(op, spec.get("note", "")),
+                input_schema=input_schema(doc, method, op, set(spec.get("hide") or ()) | set(fixed)),
+                output_schema=output_schema(doc, op, omitted), open_world=bool(spec.get("openWorld", False)),
+                run=_endpoint_runner(caller_app, path, method, fixed, omitted)))
+    return tools
+
+
+def _endpoint_runner(caller_app: InProcess, path: str, method: str, fixed: dict, omitted: set[str]):
+    def run(arguments: dict, caller: str) -> Outcome:
+        if method == "post":
+            status, body = caller_app.request("POST", path, fixed, arguments, caller)
+        else:
+            query = {k: as_query_value(v) for k, v in arguments.items()} | fixed
+            status, body = caller_app.request("GET", path, query, None, caller)
+        if 200 <= status < 300 and isinstance(body, dict):
+            return Outcome(result={k: v for k, v in body.items() if k not in omitted})
+        sentence = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), str) else None
+        return Outcome(error=sentence or f"{path} answered HTTP {status} without a JSON result.")
+    return run
+
+
+# -- the snapshot tools ----------------------------------------------------------------------------
+_NULLABLE = {"type": ["string", "null"]}
+SNAPSHOT = {
+    "type": "object", "required": ["id", "url", "profile", "observed_at"],
+    "properties": {
+        "id": {"type": "integer"}, "url": {"type": "string"},
+        "profile": {"type": "string", "enum": ["browser", "bot", "markdown", "identity"]},
+        "observed_at": {"type": "string", "description": "UTC, ISO 8601."},
+        "final_url": _NULLABLE, "status": {"type": ["integer", "null"]},
+        **{name: _NULLABLE for name in ("content_type", "content_encoding", "content_length", "cache_control",
+                                        "vary", "etag", "last_modified", "server", "age", "body_hash", "title")},
+        "body_bytes": {"type": ["integer", "null"]}, "truncated": {"type": ["integer", "null"]},
+        "word_count": {"type": ["integer", "null"]},
+        "error": {"type": ["string", "null"], "description": "Why the fetch failed, when it did."},
+    },
+}
+SNAPSHOT_ID = {"type": "integer", "minimum": 1, "description": "The id a representation_capture returned."}
+
+
+def snapshot_tools(settings, limiter: RateLimiter, fetcher=None) -> list[Tool]:
+    """The three MCP-only snapshot tools, or none while `siteapi.lens.vault` is not importable."""
+    try:
+        from siteapi.lens import vault
+        from siteapi.lens.fetch import fetcher_from_settings
+    except ImportError:
+        return []
+
+    def with_conn(policy: str | None, work: Callable) -> Callable[[dict, str], Outcome]:
+        def run(arguments: dict, caller: str) -> Outcome:
+            if policy:
+                decision = limiter.hit(policy, caller)
+                if not decision.allowed:
+                    return Outcome(error=f"Too many requests: the {policy} budget is {decision.policy.quota} per "
+                                         f"{decision.policy.window} seconds per caller; retry in "
+                                         f"{max(1, decision.reset)} seconds.")
+            conn = db.connect(settings.db_path)
+            try:
+                conn.isolation_level = None
+                conn.executescript(vault.SCHEMA)  # idempotent; the table may predate db.SCHEMA_MODULES
+                return Outcome(result=work(conn, arguments, fetcher or fetcher_from_settings(settings)))
+            except ApiError as exc:
+                return Outcome(error=exc.body["error"])
+            finally:
+                conn.close()
+        return run
+
+    stores = ("Stores one snapshot row per profile in the site's snapshot table (not read-only; "
+              "each call adds rows).")
+    return [
+        Tool("representation_capture", "Representation Capture",
+             "Fetch a public URL as up to four client profiles (browser, bot, markdown, identity; default "
+             "browser, markdown and identity) and record how each was answered: status, final URL, caching "
+             f"and encoding headers, body size and SHA-256, title and word count. {stores} "
+             f"Limit {SNAPSHOT_POLICIES['representation_capture']} per minute per caller.",
+             {"type": "object", "additionalProperties": False, "required": ["url"], "properties": {
+                 "url": {"type": "string", "maxLength": 2048,
+                         "description": "Public http(s) URL; https:// is assumed without a scheme."},
+                 "profiles": {"type": "array", "maxItems": 4, "uniqueItems": True,
+                              "items": {"type": "string", "enum": ["browser", "bot", "markdown", "identity"]}}}},
+             {"type": "object", "required": ["ok", "url", "snapshots"], "properties": {
+                 "ok": {"type": "boolean"}, "url": {"type": "string"},
+                 "snapshots": {"type": "array", "items": SNAPSHOT}}},
+             open_world=True, read_only=False,
+             run=with_conn("representation_capture",
+                           lambda conn, a, f: vault.capture(conn, a["url"], a.get("profiles"), fetcher=f))),
+        Tool("representation_read", "Representation Read",
+             "Read one stored representation snapshot by id (as returned by representation_capture or "
+             "representation_compare). Reads only; stores nothing.",
+             {"type": "object", "additionalProperties": False, "required": ["snapshot_id"],
+              "properties": {"snapshot_id": SNAPSHOT_ID}},
+             {"type": "object", "required": ["ok", "snapshot"],
+              "properties": {"ok": {"type": "boolean"}, "snapshot": SNAPSHOT}},
+             open_world=False, read_only=True,
+             run=with_conn(None, lambda conn, a, f: vault.read(conn, a["snapshot_id"]))),
+        Tool("representation_compare", "Representation Compare",
+             "Refetch a stored snapshot's URL with the same profile and list which of its fields changed. "
+             f"Stores one new snapshot row (not read-only). Limit {SNAPSHOT_POLICIES['representation_compare']} "
+             "per minute per caller.",
+             {"type": "object", "additionalProperties": False, "required": ["snapshot_id"],
+              "properties": {"snapshot_id": SNAPSHOT_ID}},
+             {"type": "object", "required": ["ok", "before", "after", "changed", "changes"], "properties": {
+                 "ok": {"type": "boolean"}, "before": SNAPSHOT, "after": SNAPSHOT, "changed": {"type": "boolean"},
+                 "changes": {"type": "array", "items": {"type": "object", "required": ["field"], "properties": {
+                     "field": {"type": "string"}, "before": {}, "after": {}}}}}},
+             open_world=True, read_only=False,
+             run=with_conn("representation_compare",
+                           lambda conn, a, f: vault.compare(conn, a["snapshot_id"], fetcher=f))),
+    ]
+
+
+def snapshot_limiter(settings) -> RateLimiter:
+    """The snapshot tools' policies from [rate] <name>_q/_w, with the defaults when absent."""
+    policies = {name: settings.rates.get(name) or RatePolicy(name, quota, 60)
+                for name, quota in SNAPSHOT_POLICIES.items()}
+    return RateLimiter(policies, settings.rate_storage)

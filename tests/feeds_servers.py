@@ -1,0 +1,270 @@
+"""Loopback servers speaking the outside protocols the feeds read: the Spotify Web API (token
+endpoint + playlist with paginated items), an ICS calendar feed, and firm homepages with robots.txt.
+
+Each server runs a real ThreadingHTTPServer on 127.0.0.1 in a thread; `fault` switches it into a
+failure mode (500, slow, malformed, huge, unexpected schema) so tests can inject each fault.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+
+class QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # clients that stop reading (body caps, timeouts) reset the connection on purpose
+
+
+class LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1:0; subclasses implement `respond(handler)`."""
+
+    server_header = "nginx"
+
+    def __init__(self):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                outer.requests.append((self.command, self.path, dict(self.headers)))
+                outer.respond(self)
+
+            do_POST = do_HEAD = do_GET
+
+            def log_message(self, *args):
+                pass
+
+            def version_string(self):
+                return outer.server_header
+
+        self.requests: list = []
+        self.fault: str | None = None
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def send(self, handler, status: int, body: bytes | str, content_type: str = "application/json", headers=None):
+        body = body.encode() if isinstance(body, str) else body
+        handler.send_response(status)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        if handler.command != "HEAD":
+            handler.wfile.write(body)
+
+    def common_fault(self, handler) -> bool:
+        """Apply the faults every protocol shares; True when the response was already sent."""
+        if self.fault == "500":
+            self.send(handler, 500, '{"error":{"status":500,"message":"Server error"}}')
+        elif self.fault == "slow":
+            time.sleep(1.5)
+            self.send(handler, 200, "{}")
+        else:
+            return False
+        return True
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def spotify_track(n: int, explicit: bool = False) -> dict:
+    """A playlist item in the shape the Web API returns (recorded, trimmed of markets)."""
+    track_id = f"{n:02d}" + "4uLU6hMCjMI75M1A2tKUQ"[:20]
+    artist_id = f"{n:02d}" + "0OdUWJ0sBjDrqHygGUXeCF"[:20]
+    return {
+        "added_at": f"2026-10-{(n % 28) + 1:02d}T14:03:11Z",
+        "added_by": {"external_urls": {"spotify": "https://open.spotify.com/user/aadharsh"}, "id": "aadharsh",
+                     "type": "user", "uri": "spotify:user:aadharsh"},
+        "is_local": False,
+        "primary_color": None,
+        "track": {
+            "album": {
+                "album_type": "album", "total_tracks": 11, "id": f"alb{n}", "name": f"Album {n}",
+                "images": [
+                    {"url": f"https://i.scdn.co/image/ab67616d0000b273{n:04d}", "height": 640, "width": 640},
+                    {"url": f"https://i.scdn.co/image/ab67616d00001e02{n:04d}", "height": 300, "width": 300},
+                ],
+                "release_date": "2019-05-17", "release_date_precision": "day", "type": "album",
+                "uri": f"spotify:album:alb{n}",
+                "artists": [{"id": artist_id, "name": f"Artist {n}", "type": "artist"}],
+            },
+            "artists": [
+                {"external_urls": {"spotify": f"https://open.spotify.com/artist/{artist_id}"}, "id": artist_id,
+                 "name": f"Artist {n}", "type": "artist", "uri": f"spotify:artist:{artist_id}"},
+                {"external_urls": {"spotify": "https://open.spotify.com/artist/feat"}, "id": "feat",
+                 "name": "Guest", "type": "artist", "uri": "spotify:artist:feat"},
+            ],
+            "disc_number": 1, "duration_ms": 180000 + n * 1000, "explicit": explicit,
+            "external_ids": {"isrc": f"USRC1{n:07d}"},
+            "external_urls": {"spotify": f"https://open.spotify.com/track/{track_id}"},
+            "href": f"https://api.spotify.com/v1/tracks/{track_id}", "id": track_id, "is_local": False,
+            "name": f"Song {n}", "popularity": 61, "preview_url": None if n % 2 else f"https://p.scdn.co/mp3-preview/{n}",
+            "track_number": n, "type": "track", "uri": f"spotify:track:{track_id}",
+        },
+        "video_thumbnail": {"url": None},
+    }
+
+
+class SpotifyServer(LoopbackServer):
+    """Accounts token endpoint at /api/token and the Web API under /v1 (playlist, paginated items)."""
+
+    CLIENT = ("test-client", "test-secret")
+    PAGE = 2
+
+    def __init__(self, playlist_id: str = "37i9dQZF1DXcBWIGoYBM5M", track_count: int = 5):
+        self.playlist_id = playlist_id
+        self.items = [spotify_track(n, explicit=n == 1) for n in range(track_count)]
+        self.items.insert(2, {"added_at": "2026-10-01T00:00:00Z", "is_local": False, "track": None})  # removed track
+        self.valid_tokens: set[str] = set()
+        self.tokens_issued = 0
+        super().__init__()
+
+    @property
+    def api_base(self) -> str:
+        return self.url + "/v1"
+
+    def expire_tokens(self):
+        self.valid_tokens.clear()
+
+    def page(self, offset: int) -> dict:
+        chunk = self.items[offset: offset + self.PAGE]
+        nxt = offset + self.PAGE
+        base = f"{self.api_base}/playlists/{self.playlist_id}/tracks"
+        return {"href": f"{base}?offset={offset}&limit={self.PAGE}", "items": chunk, "limit": self.PAGE,
+                "next": f"{base}?offset={nxt}&limit={self.PAGE}" if nxt < len(self.items) else None,
+                "offset": offset, "previous": None, "total": len(self.items)}
+
+    def respond(self, handler):
+        parts = urlsplit(handler.path)
+        if parts.path == "/api/token":
+            length = int(handler.headers.get("Content-Length") or 0)
+            form = parse_qs(handler.rfile.read(length).decode())
+            expected = "Basic " + base64.b64encode(":".join(self.CLIENT).encode()).decode()
+            if handler.headers.get("Authorization") != expected or form.get("grant_type") != ["client_credentials"]:
+                return self.send(handler, 400, '{"error":"invalid_client","error_description":"Invalid client"}')
+            token = "BQD" + secrets.token_hex(16)
+            self.valid_tokens.add(token)
+            self.tokens_issued += 1
+            return self.send(handler, 200, json.dumps({"access_token": token, "token_type": "Bearer", "expires_in": 3600}))
+        if handler.headers.get("Authorization", "").removeprefix("Bearer ") not in self.valid_tokens:
+            return self.send(handler, 401, '{"error":{"status":401,"message":"The access token expired"}}')
+        if self.common_fault(handler):
+            return
+        if self.fault == "malformed":
+            return self.send(handler, 200, '{"id": "37i9", "name": "half a JSON')
+        if self.fault == "huge":
+            return self.send(handler, 200, b'{"padding": "' + b"x" * 6_000_000 + b'"}')
+        if self.fault == "schema":
+            return self.send(handler, 200, json.dumps({"id": self.playlist_id, "title": "renamed fields", "entries": []}))
+        prefix = f"/v1/playlists/{self.playlist_id}"
+        query = parse_qs(parts.query)
+        if parts.path == prefix:
+            return self.send(handler, 200, json.dumps({
+                "collaborative": False, "description": "what I have on repeat",
+                "external_urls": {"spotify": f"https://open.spotify.com/playlist/{self.playlist_id}"},
+                "id": self.playlist_id, "name": "rn", "public": True, "type": "playlist",
+                "owner": {"display_name": "Aadharsh", "id": "aadharsh", "type": "user"},
+                "images": [{"url": "https://image-cdn-ak.spotifycdn.com/image/ab67706c", "height": None, "width": None}],
+                "snapshot_id": "AAAAB3", "tracks": self.page(0)}))
+        if parts.path == prefix + "/tracks":
+            return self.send(handler, 200, json.dumps(self.page(int(query.get("offset", ["0"])[0]))))
+        self.send(handler, 404, '{"error":{"status":404,"message":"Resource not found"}}')
+
+
+class IcsServer(LoopbackServer):
+    """One ICS feed at /calendar.ics (the body is set by the test)."""
+
+    def __init__(self, ics: str = ""):
+        self.ics = ics
+        super().__init__()
+
+    @property
+    def feed_url(self) -> str:
+        return self.url + "/calendar.ics"
+
+    def respond(self, handler):
+        if self.common_fault(handler):
+            return
+        if self.fault == "huge":
+            return self.send(handler, 200, b"BEGIN:VCALENDAR\r\n" + b"X-PAD:" + b"x" * 11_000_000, "text/calendar")
+        if urlsplit(handler.path).path != "/calendar.ics":
+            return self.send(handler, 404, "not found", "text/plain")
+        self.send(handler, 200, self.ics, "text/calendar; charset=utf-8")
+
+
+class FirmServer(LoopbackServer):
+    """One firm's origin: a homepage at / and a robots.txt answered with `robots_status`."""
+
+    def __init__(self, title: str, robots: str = "User-agent: *\nAllow: /\n", robots_status: int = 200):
+        self.title = title
+        self.description = f"{title} backs founders."
+        self.robots = robots
+        self.robots_status = robots_status
+        self.page_status = 200
+        super().__init__()
+
+    def homepage(self) -> str:
+        return (f"<!doctype html><html><head><title>{self.title}</title>"
+                f'<meta name="description" content="{self.description}">'
+                f'<meta property="og:image" content="/og.png"></head><body><h1>{self.title}</h1>'
+                + "<p>portfolio</p>" * 50 + "</body></html>")
+
+    def respond(self, handler):
+        path = urlsplit(handler.path).path
+        if path == "/robots.txt":
+            return self.send(handler, self.robots_status, self.robots, "text/plain")
+        if self.fault == "slow":
+            time.sleep(1.5)
+        if self.fault == "huge":
+            return self.send(handler, 200, "<html><title>Huge</title>" + "a" * 400_000, "text/html")
+        if path in ("/", "/home"):
+            return self.send(handler, self.page_status, self.homepage(), "text/html; charset=utf-8",
+                             {"Last-Modified": "Tue, 03 Nov 2026 10:00:00 GMT"})
+        if path == "/old":
+            return self.send(handler, 301, "", "text/plain", {"Location": "/home"})
+        self.send(handler, 404, "not found", "text/plain")
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def make_settings(tmp_path, feeds: dict | None = None, access_log: str = ""):
+    """A real site.toml in `tmp_path` with a `[feeds]` table, loaded the way the app loads it."""
+    from siteapi.config import load_settings
+
+    feeds = dict(feeds or {})
+    roster = feeds.pop("around_roster", None)
+    lines = [
+        'site_name = "aadhar.sh"', 'site_host = "aadhar.sh"', 'public_base_url = "https://aadhar.sh"',
+        'content_dir = "content"', 'db_path = "site.db"', 'photos_dir = "photos"', 'images_dir = "images"',
+        f"access_log = {_toml_value(access_log)}",
+        "[rate]", "read_q = 120", "read_w = 60", "inspect_q = 30", "inspect_w = 60", "compare_q = 4",
+        "compare_w = 60", "ask_model_q = 20", "ask_model_w = 60",
+        "[feeds]", *(f"{k} = {_toml_value(v)}" for k, v in feeds.items()),
+    ]
+    for firm in roster or []:
+        lines += ["[[feeds.around_roster]]", *(f"{k} = {_toml_value(v)}" for k, v in firm.items())]
+    path = tmp_path / "site.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return load_settings(path)

@@ -1,0 +1,333 @@
+"""A loopback web of fixture sites for the full lens scan, one ThreadingHTTPServer dispatching by Host.
+
+Sites: ready.test (every agent door: expect level 5), blog.test (content only), spa.test (200 HTML
+for every path), blocked.test (robots.txt blocks AI crawlers and AI user agents get a challenge),
+paid.test (402 pay-per-crawl + x402), robots503.test, signals.test (Content-Signal + TDMRep),
+hang.test (every probe hangs), bigrobots.test (5 MB robots.txt), binrobots.test, bomb.test (a
+sitemap bomb), malformed.test (broken cards and OpenAPI). `latency` adds a delay to every answer.
+A small UDP DNS server (dnspython messages) answers the DNS-AID and HTTPS/ECH lookups.
+`site_fetcher()` reaches the web through the fetcher's seams.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import dns.message
+import dns.rcode
+import dns.rdata
+import dns.rdataclass
+import dns.rdatatype
+import dns.rrset
+
+from siteapi.lens.discovery import DnsClient
+from siteapi.lens.fetch import AddressPolicy, Fetcher
+
+SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
+         "hang.test", "bigrobots.test", "binrobots.test", "bomb.test", "malformed.test")
+WORDS = " ".join(["Plain words for machine readers about sourdough, photographs and the open web."] * 8)
+
+READY_HOME = f"""<!doctype html><html><head><meta charset="utf-8"><title>Ready site</title>
+<link rel="alternate" type="application/rss+xml" href="/feed.xml"></head><body><h1>Ready</h1><p>{WORDS}</p>
+<script>navigator.modelContext && navigator.modelContext.registerTool({{name: "search"}});</script></body></html>"""
+BLOG_HOME = f"""<!doctype html><html><head><title>A blog</title></head><body><h1>Posts</h1><p>{WORDS}</p></body></html>"""
+SPA_HOME = """<!doctype html><html><head><title>App</title></head><body><div id="root"></div>
+<script src="/app.js"></script></body></html>"""
+CHALLENGE = """<!DOCTYPE html><html><head><title>Just a moment...</title></head><body>
+<noscript>Enable JavaScript and cookies to continue</noscript>
+<script src="/cdn-cgi/challenge-platform/h/g/orchestrate/chl_page/v1"></script></body></html>"""
+READY_ROBOTS = """User-agent: *
+Allow: /
+Content-Signal: search=yes, ai-input=yes, ai-train=no
+
+User-agent: GPTBot
+User-agent: ClaudeBot
+Disallow: /private/
+
+Sitemap: /sitemap.xml
+"""
+SITEMAP = """<?xml version="1.0" encoding="UTF-8"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">
+<url><loc>https://ready.test/</loc></url><url><loc>https://ready.test/about</loc></url></urlset>"""
+KEYLESS_OPENAPI = {"openapi": "3.1.0", "info": {"title": "Ready API", "version": "1"}, "security": [],
+                   "paths": {"/search.json": {"get": {"operationId": "search", "security": [], "responses": {"200": {"description": "ok"}}}},
+                             "/items": {"get": {"responses": {"200": {"description": "ok"}}}}}}
+READY_DOCS = {
+    "/sitemap.xml": ("application/xml", SITEMAP),
+    "/llms.txt": ("text/plain; charset=utf-8", "# Ready site\n\n> A site for agents.\n\n## Docs\n- [API](/openapi.json): the API\n"),
+    "/llms-full.txt": ("text/plain; charset=utf-8", "# Ready site\n\nEverything inlined.\n"),
+    "/ai.txt": ("text/plain", "User-Agent: *\nDisallow: /private\n"),
+    "/.well-known/security.txt": ("text/plain", "Contact: mailto:security@ready.test\nExpires: 2030-01-01T00:00:00Z\n"),
+    "/.well-known/http-message-signatures-directory": ("application/http-message-signatures-directory+json",
+                                                       json.dumps({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": "abc"}]})),
+    "/.well-known/oauth-protected-resource": ("application/json", json.dumps({"resource": "https://ready.test/"})),
+    "/.well-known/mcp/server-card.json": ("application/json", json.dumps({
+        "protocolVersion": "2025-06-18", "serverInfo": {"name": "ready", "version": "1"},
+        "transport": {"type": "streamable-http", "url": "https://ready.test/mcp"}})),
+    "/.well-known/agent-skills/index.json": ("application/json", json.dumps({"skills": [{"name": "search"}]})),
+    "/.well-known/api-catalog": ("application/linkset+json", json.dumps({"linkset": [
+        {"anchor": "https://ready.test/", "service-desc": [{"href": "/openapi.json"}]}]})),
+    "/openapi.json": ("application/json", json.dumps(KEYLESS_OPENAPI)),
+    "/.well-known/agent-card.json": ("application/json", json.dumps({"name": "Ready agent", "url": "https://ready.test/a2a",
+                                                                     "skills": [{"id": "search"}]})),
+    "/agents.md": ("text/markdown", "# Agents\n\nUse the MCP server at /mcp.\n"),
+}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def send(self, status: int, body: bytes | str, content_type: str = "text/html; charset=utf-8", headers: dict | None = None):
+        data = body.encode() if isinstance(body, str) else body
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        web: SiteWeb = self.server
+        web.count(self)
+        if web.latency:
+            time.sleep(web.latency)
+        site = (self.headers.get("Host") or "").split(":")[0]
+        path = self.path.split("?")[0]
+        method = getattr(self, "site_" + site.split(".")[0], None)
+        if method is None:
+            return self.send(404, "no such site", "text/plain")
+        try:
+            method(path)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def not_found(self):
+        self.send(404, "<html><body>Not found</body></html>")
+
+    def site_ready(self, path):
+        accept = self.headers.get("Accept", "")
+        if path == "/":
+            if "text/markdown" in accept:
+                return self.send(200, f"# Ready\n\n{WORDS}\n", "text/markdown; charset=utf-8", {"Vary": "Accept"})
+            return self.send(200, READY_HOME, headers={
+                "Vary": "Accept", "Link": '</sitemap.xml>; rel="sitemap", </.well-known/api-catalog>; rel="api-catalog"'})
+        if path == "/robots.txt":
+            return self.send(200, READY_ROBOTS, "text/plain")
+        if path == "/mcp":  # one event, then the stream ends (a real server would hold it open)
+            return self.send(200, 'event: message\ndata: {"jsonrpc":"2.0","method":"ping"}\n\n', "text/event-stream")
+        if path == "/ask":
+            return self.send(400, json.dumps({"error": "query is required"}), "application/json")
+        if path in READY_DOCS:
+            content_type, body = READY_DOCS[path]
+            return self.send(200, body, content_type)
+        self.not_found()
+
+    def site_blog(self, path):
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        if path == "/robots.txt":
+            return self.send(200, "User-agent: *\nDisallow: /drafts/\nSitemap: /sitemap.xml\n", "text/plain")
+        if path == "/sitemap.xml":
+            return self.send(200, SITEMAP, "application/xml")
+        self.not_found()
+
+    def site_spa(self, path):
+        self.send(200, SPA_HOME)
+
+    def site_blocked(self, path):
+        agent = self.headers.get("User-Agent", "").lower()
+        if path == "/robots.txt":
+            return self.send(200, "User-agent: *\nAllow: /\n\nUser-agent: GPTBot\nUser-agent: ClaudeBot\nUser-agent: CCBot\n"
+                                  "User-agent: Google-Extended\nDisallow: /\n", "text/plain")
+        if any(bot in agent for bot in ("gptbot", "claudebot", "ccbot", "perplexitybot", "aadharshbot")):
+            return self.send(403, CHALLENGE, headers={"cf-mitigated": "challenge"})
+        if path == "/":
+            # a CSP naming the vendor is not a challenge
+            return self.send(200, BLOG_HOME, headers={"Content-Security-Policy": "script-src 'self' challenges.cloudflare.com"})
+        self.not_found()
+
+    def site_paid(self, path):
+        if path == "/robots.txt":
+            return self.send(200, "User-agent: *\nAllow: /\n", "text/plain")
+        if path == "/":
+            body = {"x402Version": 1, "error": "payment required", "accepts": [{"scheme": "exact", "network": "base",
+                                                                              "maxAmountRequired": "10000"}]}
+            return self.send(402, json.dumps(body), "application/json", {"crawler-price": "USD 0.01"})
+        self.not_found()
+
+    def site_robots503(self, path):
+        if path == "/robots.txt":
+            return self.send(503, "busy", "text/plain", {"Retry-After": "60"})
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.not_found()
+
+    def site_signals(self, path):
+        if path == "/robots.txt":
+            return self.send(200, "User-agent: *\nContent-Signal: search=yes, ai-train=no\nAllow: /\n", "text/plain")
+        if path == "/.well-known/tdmrep.json":
+            return self.send(200, json.dumps([{"location": "/", "tdm-reservation": 1,
+                                               "tdm-policy": "https://signals.test/policy.json"}]), "application/json")
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.not_found()
+
+    def site_hang(self, path):
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.server.stopping.wait(30)
+
+    def site_bigrobots(self, path):
+        if path == "/robots.txt":
+            return self.send(200, ("User-agent: *\nDisallow: /x\n" + "# filler line\n" * 400_000).encode(), "text/plain")
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.not_found()
+
+    def site_binrobots(self, path):
+        if path == "/robots.txt":
+            return self.send(200, bytes(range(256)) * 64, "text/plain")
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.not_found()
+
+    def site_bomb(self, path):
+        if path == "/sitemap.xml":
+            return self.send(200, self.server.sitemap_bomb(), "application/xml", {"Content-Encoding": "gzip"})
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.not_found()
+
+    def site_malformed(self, path):
+        broken = {"/.well-known/agent-card.json": '{"name": "half', "/.well-known/mcp/server-card.json": "[1, 2",
+                  "/openapi.json": '{"openapi": "3.1.0", "paths": ', "/.well-known/api-catalog": '{"linkset": 5}'}
+        if path in broken:
+            return self.send(200, broken[path], "application/json")
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.not_found()
+
+
+class SiteWeb(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.stopping = threading.Event()
+        self.latency = 0.0
+        self.requests = 0
+        self._lock = threading.Lock()
+        self._bomb: bytes | None = None
+
+    def count(self, handler):
+        with self._lock:
+            self.requests += 1
+
+    def sitemap_bomb(self) -> bytes:
+        if self._bomb is None:
+            entry = b"<url><loc>https://bomb.test/page</loc></url>"
+            self._bomb = gzip.compress(b'<?xml version="1.0"?><urlset>' + entry * 400_000 + b"</urlset>", 6)
+        return self._bomb
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def url(self, site: str, path: str = "/") -> str:
+        return f"http://{site}:{self.port}{path}"
+
+
+def start_web() -> tuple[SiteWeb, threading.Thread]:
+    web = SiteWeb()
+    thread = threading.Thread(target=web.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    return web, thread
+
+
+def stop_web(web: SiteWeb, thread: threading.Thread) -> None:
+    web.stopping.set()
+    web.shutdown()
+    web.server_close()
+    thread.join(5)
+
+
+def site_fetcher(web: SiteWeb, **limits) -> Fetcher:
+    table = {site: ["127.0.0.1"] for site in SITES}
+    limits.setdefault("timeout_s", 3.0)
+    return Fetcher(policy=AddressPolicy(allow=frozenset({("127.0.0.1", web.port)})),
+                   resolve=lambda host, timeout: table.get(host, []), **limits)
+
+
+# --- DNS ----------------------------------------------------------------------------------------
+
+DNS_RECORDS = {
+    ("_mcp._agents.ready.test.", "SVCB"): ['1 mcp.ready.test. alpn="h2" port=443'],
+    ("ready.test.", "HTTPS"): ['1 . alpn="h2,h3" ech="AAj+DQAEYWJjZA=="'],
+    ("blog.test.", "HTTPS"): ['1 . alpn="h2"'],
+}
+
+
+class DnsServer:
+    """Answers queries from DNS_RECORDS (NXDOMAIN otherwise); names in `servfail` get SERVFAIL,
+    names in `silent` get no answer at all."""
+
+    def __init__(self, servfail=(), silent=()):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.servfail, self.silent = set(servfail), set(silent)
+        self.running = True
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @property
+    def port(self) -> int:
+        return self.sock.getsockname()[1]
+
+    def client(self) -> DnsClient:
+        return DnsClient(["127.0.0.1"], self.port)
+
+    def _serve(self):
+        while self.running:
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except (socket.timeout, OSError):
+                continue
+            try:
+                query = dns.message.from_wire(data)
+            except Exception:
+                continue
+            question = query.question[0]
+            name, rdtype = question.name.to_text(), dns.rdatatype.to_text(question.rdtype)
+            if any(name.endswith(s) for s in self.silent):
+                continue
+            reply = dns.message.make_response(query)
+            try:
+                self._answer(reply, question, name, rdtype)
+            except Exception:
+                reply.set_rcode(dns.rcode.SERVFAIL)
+            self.sock.sendto(reply.to_wire(), peer)
+
+    def _answer(self, reply, question, name, rdtype):
+        if any(name.endswith(s) for s in self.servfail):
+            reply.set_rcode(dns.rcode.SERVFAIL)
+        elif (name, rdtype) in DNS_RECORDS:
+            rdatas = [dns.rdata.from_text(dns.rdataclass.IN, question.rdtype, text) for text in DNS_RECORDS[(name, rdtype)]]
+            reply.answer.append(dns.rrset.from_rdata_list(question.name, 300, rdatas))
+        elif not any(key[0] == name for key in DNS_RECORDS):
+            reply.set_rcode(dns.rcode.NXDOMAIN)
+
+    def stop(self):
+        self.running = False
+        self.thread.join(2)
+        self.sock.close()

@@ -1,0 +1,169 @@
+"""The neighborhood crawl against loopback firm homepages with robots.txt rules, and its readers."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from urllib.parse import urlsplit
+
+import pytest
+
+from siteapi import db
+from siteapi.feeds import FeedError
+from siteapi.feeds.around import ROSTER, changes, report, roster, run_around, safe_fetch
+from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
+from siteapi.lens.fetch import AddressPolicy, Fetcher
+from siteapi.web import ApiError
+from tests.feeds_servers import FirmServer, make_settings
+
+
+def loopback_fetch(url, *, timeout, max_bytes, headers):
+    """The production crawl path through the lens's safe fetcher, with only the loopback firm ports
+    allowed and the time limit shortened so slow-server tests stay fast."""
+    port = urlsplit(url).port
+    fetcher = Fetcher(policy=AddressPolicy(allow=frozenset({("127.0.0.1", port)})), resolve=lambda host, t: ["127.0.0.1"])
+    return safe_fetch(fetcher)(url, timeout=min(timeout, 0.5), max_bytes=max_bytes, headers=headers)
+
+
+@pytest.fixture
+def firms():
+    servers = {
+        "Alpha": FirmServer("Alpha Ventures"),
+        "Beta": FirmServer("Beta Capital", robots="User-agent: *\nAllow: /\n\nUser-agent: AadharshBot\nDisallow: /\n"),
+        "Gamma": FirmServer("Gamma Fund", robots="not found", robots_status=404),
+        "Delta": FirmServer("Delta Partners", robots="maintenance", robots_status=503),
+        "Epsilon": FirmServer("Epsilon"),
+    }
+    servers["Epsilon"].fault = "huge"
+    yield servers
+    for server in servers.values():
+        server.close()
+
+
+def settings_for(tmp_path, firms):
+    entries = [{"name": name, "url": server.url + ("/old" if name == "Gamma" else "/")} for name, server in firms.items()]
+    return make_settings(tmp_path, {"around_roster": entries})
+
+
+def reader(settings):
+    return db.connect(settings.db_path, readonly=True)
+
+
+def test_crawl_obeys_robots_and_records_each_firm(tmp_path, firms):
+    settings = settings_for(tmp_path, firms)
+    summary = run_around(settings, fetch=loopback_fetch)
+    assert summary.startswith("crawled 5 firms: 3 read, 2 skipped by robots, 0 failed")
+    body = report(reader(settings))
+    assert body["crawledBy"] == PRODUCT_USER_AGENT and body["count"] == 5 and body["crawledAt"].endswith("Z")
+    rows = {r["name"]: r for r in body["results"]}
+    assert {r["name"] for r in body["results"][-2:]} == {"Beta", "Delta"}  # skipped rows last
+    alpha = rows["Alpha"]
+    page = firms["Alpha"].homepage().encode()
+    assert alpha["status"] == 200 and alpha["title"] == "Alpha Ventures"
+    assert alpha["description"] == "Alpha Ventures backs founders." and alpha["ogImage"] == firms["Alpha"].url + "/og.png"
+    assert alpha["server"] == "nginx" and alpha["contentType"].startswith("text/html")
+    assert alpha["bodyHash"] == hashlib.sha256(page).hexdigest() and alpha["bytesRead"] == len(page)
+    assert alpha["robots"] == "allow" and alpha["truncated"] is False and alpha["lastModified"]
+    beta = rows["Beta"]
+    assert beta["skipped"] == "robots" and beta["robots"] == "disallow" and beta["robotsRule"] == "Disallow: /"
+    assert beta["status"] is None and not any(p == "/" for _, p, _ in firms["Beta"].requests)
+    assert rows["Delta"]["skipped"] == "robots_unavailable" and rows["Delta"]["robots"] == "unknown"
+    gamma = rows["Gamma"]
+    assert gamma["robots"] == "allow" and gamma["finalUrl"] == firms["Gamma"].url + "/home" and gamma["status"] == 200
+    assert rows["Epsilon"]["truncated"] is True and rows["Epsilon"]["bytesRead"] == 200 * 1024
+    agents = {h.get("User-Agent") for s in firms.values() for _, _, h in s.requests}
+    assert agents == {PRODUCT_USER_AGENT}
+
+
+def test_pending_before_the_first_crawl(tmp_path, firms):
+    settings = settings_for(tmp_path, firms)
+    db.connect(settings.db_path).close()
+    for prepare in (lambda: None, lambda: db.writer(settings.db_path).close()):
+        prepare()
+        with pytest.raises(ApiError) as caught:
+            report(reader(settings))
+        err = caught.value
+        assert err.status == 503 and err.headers["Retry-After"] == "86400"
+        assert err.body["pending"] is True and err.body["note"] == "no snapshot yet; the daily crawl hasn't run"
+
+
+def test_changes_between_crawls_with_severity(tmp_path, firms):
+    settings = settings_for(tmp_path, firms)
+    run_around(settings, fetch=loopback_fetch)
+    assert changes(reader(settings))["changes"] == []
+    firms["Alpha"].title = "Alpha Ventures — Fund IV"
+    firms["Gamma"].page_status = 500
+    firms["Delta"].robots_status = 200
+    firms["Delta"].robots = "User-agent: *\nDisallow:\n"
+    run_around(settings, fetch=loopback_fetch)
+    body = changes(reader(settings))
+    assert body["ok"] is True and body["available"] is True and body["targetCount"] == 5
+    found = {c["name"]: c for c in body["changes"]}
+    assert set(found) == {"Alpha", "Gamma", "Delta"}
+    alpha = found["Alpha"]
+    assert alpha["severity"] == "medium" and alpha["previousObservedAt"] <= alpha["observedAt"]
+    fields = {c["field"]: c for c in alpha["changes"]}
+    assert set(fields) == {"title", "content"}
+    assert fields["title"] == {"field": "title", "before": "Alpha Ventures", "after": "Alpha Ventures — Fund IV"}
+    assert len(fields["content"]["before"]) == 64  # hashes, never bodies
+    assert found["Gamma"]["severity"] == "high" and {"field": "status", "before": 200, "after": 500} in found["Gamma"]["changes"]
+    delta = {c["field"]: c for c in found["Delta"]["changes"]}
+    assert found["Delta"]["severity"] == "high" and delta["robots"]["after"] == "allow" and delta["skipped"]["after"] is None
+    assert "<html" not in json.dumps(body) and "portfolio" not in json.dumps(body)
+    assert all(c["ageMs"] >= 0 for c in body["changes"])
+    assert len(changes(reader(settings), limit=1)["changes"]) == 1
+    assert len(changes(reader(settings), limit="lots")["changes"]) == 3
+    assert len(changes(reader(settings), limit=-5)["changes"]) == 1
+    firms["Alpha"].title = "Alpha Ventures"
+    run_around(settings, fetch=loopback_fetch)
+    newest = changes(reader(settings))["changes"]
+    assert newest[0]["observedAt"] >= newest[-1]["observedAt"]
+    assert [c["name"] for c in newest if c["changes"][0].get("after") == "Alpha Ventures"] == ["Alpha"]
+
+
+def test_slow_and_down_firms_are_recorded_not_fatal(tmp_path, firms):
+    settings = settings_for(tmp_path, firms)
+    firms["Alpha"].fault = "slow"
+    firms["Gamma"].close()
+    summary = run_around(settings, fetch=loopback_fetch)
+    assert summary.startswith("crawled 5 firms: 1 read, 3 skipped by robots, 1 failed")
+    rows = {r["name"]: r for r in report(reader(settings))["results"]}
+    assert "error" in rows["Alpha"] and rows["Alpha"]["status"] is None
+    assert rows["Gamma"]["skipped"] == "robots_unavailable"  # unreachable robots.txt: skipped this run
+    assert rows["Beta"]["skipped"] == "robots"
+    assert report(reader(settings))["results"][0]["name"] == "Epsilon"  # the only live row comes first
+
+
+def test_history_older_than_90_days_is_pruned(tmp_path, firms):
+    settings = settings_for(tmp_path, firms)
+    run_around(settings, fetch=loopback_fetch)
+    firms["Alpha"].title = "Changed"
+    run_around(settings, fetch=loopback_fetch)
+    conn = db.writer(settings.db_path)
+    with db.transaction(conn):
+        conn.execute("UPDATE around_crawls SET crawled_at = '2020-01-01T00:00:00Z'")
+        conn.execute("UPDATE around_changes SET observed_at = '2020-01-01T00:00:00Z'")
+    run_around(settings, fetch=loopback_fetch)
+    assert conn.execute("SELECT COUNT(*) FROM around_crawls").fetchone()[0] == 1
+    assert conn.execute("SELECT COUNT(DISTINCT crawl_id) FROM around_results").fetchone()[0] == 1
+    assert conn.execute("SELECT COUNT(*) FROM around_changes").fetchone()[0] == 0
+    assert report(reader(settings))["count"] == 5
+
+
+def test_unreadable_history_is_503(tmp_path):
+    settings = make_settings(tmp_path)
+    settings.db_path.write_bytes(b"not sqlite" * 500)
+    import sqlite3
+    with pytest.raises(ApiError) as caught:
+        changes(sqlite3.connect(settings.db_path))
+    assert caught.value.status == 503 and caught.value.body["changes"] == [] and caught.value.body["available"] is False
+    with pytest.raises(ApiError) as caught:
+        report(sqlite3.connect(settings.db_path))
+    assert caught.value.status == 503
+
+
+def test_roster_defaults_and_validation(tmp_path):
+    assert [f["name"] for f in roster(make_settings(tmp_path))] == [name for name, _ in ROSTER]
+    assert len(ROSTER) == 20 and all(url.startswith("https://") for _, url in ROSTER)
+    with pytest.raises(FeedError, match="needs a name and an http"):
+        roster(make_settings(tmp_path, {"around_roster": [{"name": "X", "url": "ftp://x"}]}))

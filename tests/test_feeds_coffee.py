@@ -1,0 +1,209 @@
+"""Coffee slots: the calendar job against a loopback ICS feed, the slot rules, DST, fail-closed."""
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from siteapi import db
+from siteapi.feeds import FeedError
+from siteapi.feeds.coffee import availability, run_calendar
+from siteapi.web import ApiError
+from tests.feeds_servers import IcsServer, make_settings
+
+NY = ZoneInfo("America/New_York")
+UTC = dt.timezone.utc
+# Wednesday 10 March 2027, 12:00 UTC; clocks in New York spring forward on Sunday 14 March.
+NOW = dt.datetime(2027, 3, 10, 12, 0, tzinfo=UTC)
+GRID = ["09:00", "09:45", "10:30", "11:15", "12:00", "12:45", "13:30", "14:15", "15:00", "15:45", "16:30", "17:15"]
+
+VTIMEZONE = """BEGIN:VTIMEZONE
+TZID:America/New_York
+X-LIC-LOCATION:America/New_York
+BEGIN:DAYLIGHT
+TZOFFSETFROM:-0500
+TZOFFSETTO:-0400
+TZNAME:EDT
+DTSTART:19700308T020000
+RRULE:FREQ=YEARLY;BYMONTH=3;BYDAY=2SU
+END:DAYLIGHT
+BEGIN:STANDARD
+TZOFFSETFROM:-0400
+TZOFFSETTO:-0500
+TZNAME:EST
+DTSTART:19701101T020000
+RRULE:FREQ=YEARLY;BYMONTH=11;BYDAY=1SU
+END:STANDARD
+END:VTIMEZONE"""
+
+
+def calendar(*events: str) -> str:
+    body = "\n".join(["BEGIN:VCALENDAR", "PRODID:-//Google Inc//Google Calendar 70.9054//EN", "VERSION:2.0",
+                      "CALSCALE:GREGORIAN", "METHOD:PUBLISH", "X-WR-CALNAME:Aadharsh", "X-WR-TIMEZONE:America/New_York",
+                      VTIMEZONE, *events, "END:VCALENDAR"])
+    return body.replace("\n", "\r\n") + "\r\n"
+
+
+def event(uid: str, *lines: str) -> str:
+    return "\n".join(["BEGIN:VEVENT", f"UID:{uid}@google.com", "DTSTAMP:20270301T000000Z", *lines,
+                      "SUMMARY:private", "END:VEVENT"])
+
+
+OWNER_CALENDAR = calendar(
+    # Standup Mon/Wed/Fri 10:00-11:00 New York time, on both sides of the DST change.
+    event("standup", "DTSTART;TZID=America/New_York:20270301T100000", "DTEND;TZID=America/New_York:20270301T110000",
+          "RRULE:FREQ=WEEKLY;BYDAY=MO,WE,FR", "EXDATE;TZID=America/New_York:20270317T100000"),
+    # Friday 19 March's standup moved to 14:00-15:00.
+    event("standup", "RECURRENCE-ID;TZID=America/New_York:20270319T100000",
+          "DTSTART;TZID=America/New_York:20270319T140000", "DTEND;TZID=America/New_York:20270319T150000"),
+    event("cancelled", "DTSTART;TZID=America/New_York:20270311T090000", "DTEND;TZID=America/New_York:20270311T100000",
+          "STATUS:CANCELLED"),
+    event("free", "DTSTART;TZID=America/New_York:20270311T120000", "DTEND;TZID=America/New_York:20270311T130000",
+          "TRANSP:TRANSPARENT"),
+    event("offsite", "DTSTART;VALUE=DATE:20270316", "DTEND;VALUE=DATE:20270317"),
+    event("utc-call", "DTSTART:20270318T150000Z", "DTEND:20270318T160000Z"),
+)
+
+
+@pytest.fixture
+def feed(monkeypatch):
+    server = IcsServer(OWNER_CALENDAR)
+    monkeypatch.setenv("SITE_CALENDAR_ICS_URL", server.feed_url)
+    yield server
+    server.close()
+
+
+def settings_for(tmp_path, **feeds):
+    return make_settings(tmp_path, {"booking_url": "https://aadhar.sh/coffee/book", "calendar_timeout": 0.5, **feeds})
+
+
+def read(settings, now):
+    return availability(db.connect(settings.db_path, readonly=True), settings, now=now)
+
+
+def by_day(slots) -> dict[str, list[str]]:
+    days: dict[str, list[str]] = {}
+    for slot in slots:
+        local = dt.datetime.fromisoformat(slot["start"])
+        days.setdefault(local.date().isoformat(), []).append(local.strftime("%H:%M"))
+    return days
+
+
+def test_slots_follow_the_calendar_and_survive_dst(tmp_path, feed):
+    settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
+    assert "busy intervals" in run_calendar(settings, now=NOW)
+    status, body = read(settings, NOW + dt.timedelta(minutes=2))
+    assert status == 200 and body["available"] is True and body["stale"] is False and body["source"] == "fresh"
+    assert body["timezone"] == "America/New_York" and body["bookingUrl"] == "https://aadhar.sh/coffee/book"
+    days = by_day(body["slots"])
+    assert sorted(days) == ["2027-03-11", "2027-03-12", "2027-03-15", "2027-03-17", "2027-03-18", "2027-03-19",
+                            "2027-03-22", "2027-03-23"]  # weekdays only; the 16th is all-day busy; the 24th is past 14 days
+    free_all_day = [g for g in GRID]
+    assert days["2027-03-11"] == free_all_day  # cancelled and transparent events block nothing
+    standup_day = [g for g in GRID if g not in ("09:45", "10:30")]
+    assert days["2027-03-12"] == standup_day  # EST
+    assert days["2027-03-15"] == standup_day  # EDT: same local times after the change
+    assert days["2027-03-17"] == free_all_day  # EXDATE removed that standup
+    assert days["2027-03-19"] == [g for g in GRID if g != "14:15"]  # the moved occurrence
+    assert days["2027-03-18"] == [g for g in GRID if g != "11:15"]  # 15:00Z = 11:00 EDT
+    first_est = next(s for s in body["slots"] if s["start"].startswith("2027-03-12T09:00"))
+    first_edt = next(s for s in body["slots"] if s["start"].startswith("2027-03-15T09:00"))
+    assert first_est["start"].endswith("-05:00") and first_edt["start"].endswith("-04:00")
+    assert first_est["startMs"] == int(dt.datetime(2027, 3, 12, 14, tzinfo=UTC).timestamp() * 1000)
+    assert first_edt["startMs"] == int(dt.datetime(2027, 3, 15, 13, tzinfo=UTC).timestamp() * 1000)
+    assert all(s["endMs"] - s["startMs"] == 30 * 60_000 and s["durationMinutes"] == 30 for s in body["slots"])
+    assert len({s["startMs"] for s in body["slots"]}) == len(body["slots"])
+
+
+def test_fall_back_week_has_every_slot_once(tmp_path, feed):
+    feed.ics = calendar()
+    now = dt.datetime(2026, 10, 28, 12, tzinfo=UTC)  # clocks fall back on Sunday 1 November 2026
+    settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
+    run_calendar(settings, now=now)
+    days = by_day(read(settings, now)[1]["slots"])
+    assert all(times == GRID for times in days.values()) and len(days) == 9  # 29 Oct to 10 Nov
+    assert "2026-10-30" in days and "2026-11-02" in days
+
+
+def test_caps_notice_and_horizon(tmp_path, feed):
+    settings = settings_for(tmp_path)
+    run_calendar(settings, now=NOW)
+    slots = read(settings, NOW)[1]["slots"]
+    assert all(s["startMs"] >= (NOW + dt.timedelta(hours=24)).timestamp() * 1000 for s in slots)
+    assert all(s["startMs"] <= (NOW + dt.timedelta(days=14)).timestamp() * 1000 for s in slots)
+    days = by_day(slots)
+    assert all(len(times) <= 3 for times in days.values())
+    weeks: dict = {}
+    for day, times in days.items():
+        week = dt.date.fromisoformat(day).isocalendar()[:2]
+        weeks[week] = weeks.get(week, 0) + len(times)
+    assert max(weeks.values()) == 5 and days["2027-03-11"] == ["09:00", "09:45", "10:30"]
+    assert days["2027-03-12"] == ["09:00", "11:15"]
+
+
+def test_fails_closed_when_never_read_or_stale(tmp_path, feed):
+    settings = settings_for(tmp_path)
+    db.writer(settings.db_path).close()
+    with pytest.raises(ApiError) as caught:
+        read(settings, NOW)
+    err = caught.value
+    assert err.status == 503 and err.headers["Retry-After"] == "60"
+    assert err.body["slots"] == [] and err.body["available"] is False and err.body["source"] == "none"
+    assert err.body["bookingUrl"] == "https://aadhar.sh/coffee/book"
+    run_calendar(settings, now=NOW)
+    status, body = read(settings, NOW + dt.timedelta(minutes=10))
+    assert status == 200 and body["stale"] is True and body["source"] == "stale" and body["slots"]
+    with pytest.raises(ApiError) as caught:
+        read(settings, NOW + dt.timedelta(minutes=16))
+    assert caught.value.status == 503 and caught.value.body["slots"] == [] and caught.value.body["ageSeconds"] == 960
+
+
+def test_unreadable_storage_fails_closed(tmp_path, feed):
+    settings = settings_for(tmp_path)
+    settings.db_path.write_bytes(b"garbage" * 200)
+    with pytest.raises(ApiError) as caught:
+        availability(sqlite3.connect(settings.db_path), settings, now=NOW)
+    assert caught.value.status == 503 and caught.value.body["slots"] == []
+
+
+MINUTELY = calendar(event("spam", "DTSTART:20270301T100000Z", "DTEND:20270301T100100Z", "RRULE:FREQ=MINUTELY"))
+
+
+@pytest.mark.parametrize("fault,ics,message", [
+    ("500", None, "HTTP 500"),
+    ("slow", None, "could not be reached|time limit"),
+    ("huge", None, "larger than"),
+    (None, "BEGIN:VCALENDAR\r\nthis is not ics\r\nEND:VCALENDAR\r\n", "not a valid iCalendar"),
+    (None, "<!doctype html><title>Sign in</title>", "not a valid iCalendar"),
+    (None, "BEGIN:VCARD\r\nVERSION:4.0\r\nFN:Someone\r\nEND:VCARD\r\n", "not a VCALENDAR"),
+    (None, MINUTELY, "every second or minute"),
+])
+def test_faults_keep_the_last_busy_list(tmp_path, feed, fault, ics, message):
+    settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
+    run_calendar(settings, now=NOW)
+    before = read(settings, NOW)[1]
+    feed.fault, feed.ics = fault, ics or feed.ics
+    with pytest.raises(FeedError, match=message):
+        run_calendar(settings, now=NOW + dt.timedelta(minutes=5))
+    assert read(settings, NOW)[1] == before
+
+
+def test_feed_down_or_unset(tmp_path, feed, monkeypatch):
+    settings = settings_for(tmp_path)
+    feed.close()
+    with pytest.raises(FeedError, match="could not be reached"):
+        run_calendar(settings, now=NOW)
+    monkeypatch.delenv("SITE_CALENDAR_ICS_URL")
+    with pytest.raises(FeedError, match="SITE_CALENDAR_ICS_URL"):
+        run_calendar(settings, now=NOW)
+
+
+def test_only_instants_are_stored(tmp_path, feed):
+    settings = settings_for(tmp_path)
+    run_calendar(settings, now=NOW)
+    conn = db.connect(settings.db_path, readonly=True)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(coffee_busy)")}
+    assert columns == {"start_ms", "end_ms", "start_utc", "end_utc"}
+    assert b"private" not in settings.db_path.read_bytes()

@@ -1,0 +1,117 @@
+"""The five feed endpoints on the real server: the documented errors before any job has run, and
+the stored data after the jobs read loopback servers speaking each outside protocol."""
+import dataclasses
+import json
+import time
+
+import pytest
+
+import jobs
+from app import make_app
+from conftest import Client, build_site
+from servers import serve_wsgi
+from siteapi.config import RatePolicy
+from siteapi.feeds.around import run_around
+from test_feeds_around import loopback_fetch
+from test_feeds_coffee import OWNER_CALENDAR
+from tests.feeds_servers import FirmServer, IcsServer, SpotifyServer, make_settings
+
+
+def test_errors_before_any_job_ran(api):
+    tracks = api.get("/rn/tracks")
+    assert tracks.status_code == 503 and tracks.json()["code"] == "no_playlist" and tracks.json()["tracks"] == []
+    pending = api.get("/around/json")
+    assert pending.status_code == 503 and pending.headers["Retry-After"] == "86400" and pending.json()["pending"]
+    coffee = api.get("/coffee/availability.json")
+    assert coffee.status_code == 503 and coffee.headers["Retry-After"] == "60" and coffee.json()["slots"] == []
+    assert "bookingUrl" in coffee.json()
+    ledger = api.get("/ledger.json")
+    assert ledger.status_code == 502 and ledger.json()["code"] == "upstream_failed"
+
+
+def test_coffee_answers_get_and_head_only(api):
+    assert api.request("HEAD", "/coffee/availability.json").status_code == 503
+    for method in ("OPTIONS", "POST", "DELETE"):
+        r = api.request(method, "/coffee/availability.json")
+        assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD", method
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory, monkeypatch_module):
+    tmp = tmp_path_factory.mktemp("feeds")
+    spotify, ics = SpotifyServer(), IcsServer(OWNER_CALENDAR)
+    firms = [FirmServer("Alpha Ventures"), FirmServer("Beta Capital")]
+    monkeypatch_module.setenv("SITE_SPOTIFY_CLIENT_ID", SpotifyServer.CLIENT[0])
+    monkeypatch_module.setenv("SITE_SPOTIFY_CLIENT_SECRET", SpotifyServer.CLIENT[1])
+    monkeypatch_module.setenv("SITE_CALENDAR_ICS_URL", ics.feed_url)
+    log = tmp / "access.log"
+    day = time.time()
+    log.write_text("".join(json.dumps({
+        "level": "info", "ts": day - i, "logger": "http.log.access", "msg": "handled request",
+        "request": {"remote_ip": "203.0.113.5", "method": "GET", "host": "aadhar.sh", "uri": "/writing/llms-txt",
+                    "headers": {"User-Agent": [ua]}}, "status": 200, "size": 1234}) + "\n"
+        for i, ua in enumerate(["Mozilla/5.0 (compatible; GPTBot/1.2; +https://openai.com/gptbot)"] * 3
+                               + ["Mozilla/5.0 (compatible; ClaudeBot/1.0)", "Mozilla/5.0 Firefox/140.0"])))
+    settings = make_settings(tmp, {"spotify_api_base": spotify.api_base, "spotify_token_url": spotify.url + "/api/token",
+                                   "playlist_id": spotify.playlist_id,
+                                   "around_roster": [{"name": f"Firm {i}", "url": s.url + "/"} for i, s in enumerate(firms)]},
+                             access_log=str(log))
+    settings = dataclasses.replace(settings, content_dir=__import__("conftest").ROOT / "content",
+                                   rates={k: RatePolicy(k, 10_000, 60) for k in settings.rates})
+    build_site(settings)
+    for name in ("tracks", "calendar", "ledger"):
+        ok, summary = jobs.run_job(settings, name)
+        assert ok, (name, summary)
+    run_around(settings, fetch=loopback_fetch)
+    run_around(settings, fetch=loopback_fetch)
+    yield settings
+    for server in (spotify, ics, *firms):
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+@pytest.fixture(scope="module")
+def fed_api(fed, checker):
+    with serve_wsgi(make_app(fed).wsgi) as base:
+        yield Client(base, checker)
+
+
+def test_tracks_served_from_the_stored_copy(fed_api):
+    r = fed_api.get("/rn/tracks")
+    assert r.status_code == 200 and "max-age=3600" in r.headers["Cache-Control"]
+    body = r.json()
+    assert body["tracks"] and body["playlist_name"] and body["fetched_at"]
+    track = body["tracks"][0]
+    assert track["song_link_url"] == f"https://song.link/s/{track['id']}"
+    assert {"title", "artists_text", "duration_ms", "preview_url", "is_explicit", "image_url"} <= set(track)
+
+
+def test_neighborhood_and_changes(fed_api):
+    report = fed_api.get("/around/json")
+    assert report.status_code == 200 and report.json()["count"] == 2
+    assert report.headers["X-Robots-Tag"] == "noindex"
+    changes = fed_api.get("/around/changes.json?limit=999")
+    assert changes.status_code == 200 and changes.json()["ok"] is True
+    assert "body" not in changes.text.lower().replace("bodyhash", "")
+
+
+def test_coffee_slots_with_booking_url(fed_api):
+    r = fed_api.get("/coffee/availability.json")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["available"] is True and body["bookingUrl"] and body["timezone"] == "America/New_York"
+    assert all(s["durationMinutes"] == 30 for s in body["slots"])
+
+
+def test_ledger_counts_ai_crawlers_only(fed_api):
+    r = fed_api.get("/ledger.json")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    hits = {item["bot"]: item["hits"] for item in body["line_items"]}
+    assert hits.get("gptbot") == 3 and hits.get("claudebot") == 1 and body["total_hits"] == 4
+    assert body["total_usd"] == pytest.approx(0.04)

@@ -1,0 +1,203 @@
+"""The AI-crawler ledger: the crawler registry, incremental reading of Caddy's JSON access log
+across its rolls, and the reader's 502/503 cases."""
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+import shutil
+import sqlite3
+import time
+
+import pytest
+
+from siteapi import db
+from siteapi.feeds import FeedError
+from siteapi.feeds.crawlers import CRAWLERS, counts_in_ledger, match_user_agent
+from siteapi.feeds.ledger import ledger, run_ledger
+from siteapi.web import ApiError
+from tests.feeds_servers import make_settings
+
+UA = {
+    "gptbot": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; GPTBot/1.2; +https://openai.com/gptbot)",
+    "oai-searchbot": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko); compatible; OAI-SearchBot/1.0; +https://openai.com/searchbot",
+    "chatgpt-user": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko); compatible; ChatGPT-User/1.0; +https://openai.com/bot",
+    "claudebot": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; ClaudeBot/1.0; +claudebot@anthropic.com)",
+    "claude-user": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; Claude-User/1.0; +Claude-User@anthropic.com)",
+    "perplexity-user": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; Perplexity-User/1.0; +https://perplexity.ai/perplexity-user)",
+    "googlebot": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+    "aadharshbot": "AadharshBot/1.0 (+https://aadhar.sh/bot)",
+    "browser": "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 Safari/605.1.15",
+}
+NOW = time.time()
+
+
+def caddy_line(uri: str, ua: str, status: int = 200, ts: float = NOW, logger: str = "http.log.access.log0") -> str:
+    """One access-log line exactly as Caddy 2.6 writes it (json encoder, `log` directive)."""
+    return json.dumps({
+        "level": "info", "ts": ts, "logger": logger, "msg": "handled request",
+        "request": {"remote_ip": "203.0.113.9", "remote_port": "52814", "client_ip": "203.0.113.9", "proto": "HTTP/2.0",
+                    "method": "GET", "host": "aadhar.sh", "uri": uri,
+                    "headers": {"User-Agent": [ua], "Accept": ["*/*"], "Accept-Encoding": ["gzip, br"]},
+                    "tls": {"resumed": False, "version": 772, "cipher_suite": 4865, "proto": "h2", "server_name": "aadhar.sh"}},
+        "bytes_read": 0, "user_id": "", "duration": 0.001912, "size": 5120, "status": status,
+        "resp_headers": {"Server": ["Caddy"], "Content-Type": ["text/html; charset=utf-8"]},
+    }, separators=(",", ":")) + "\n"
+
+
+@pytest.fixture
+def log(tmp_path):
+    path = tmp_path / "var" / "access.log"
+    path.parent.mkdir()
+    path.write_text("")
+    return path
+
+
+def settings_for(tmp_path, log):
+    return make_settings(tmp_path, access_log=str(log))
+
+
+def hits(settings) -> dict[str, int]:
+    return {item["bot"]: item["hits"] for item in ledger(db.connect(settings.db_path, readonly=True), settings)[1]["line_items"]}
+
+
+def append(path, *lines: str):
+    with open(path, "a") as f:
+        f.write("".join(lines))
+
+
+def test_registry_match_order_and_exclusions():
+    assert match_user_agent(UA["oai-searchbot"])["key"] == "oai-searchbot"
+    assert match_user_agent(UA["chatgpt-user"])["key"] == "chatgpt-user"
+    assert match_user_agent(UA["claude-user"])["key"] == "claude-user"
+    assert match_user_agent(UA["perplexity-user"])["key"] == "perplexity-user"
+    assert match_user_agent("mozilla/5.0 (compatible; GPTBOT/1.0)")["key"] == "gptbot"
+    assert match_user_agent(UA["browser"]) is None and match_user_agent("") is None and match_user_agent(None) is None
+    assert not counts_in_ledger(match_user_agent(UA["aadharshbot"]))
+    keys = [c["key"] for c in CRAWLERS if c.get("ledger", True) and c["ua_substring"]]
+    assert keys == ["oai-searchbot", "chatgpt-user", "gptbot", "claude-searchbot", "claude-user", "claudebot",
+                    "perplexity-user", "perplexitybot", "ccbot", "bytespider", "amazonbot", "meta-externalagent",
+                    "applebot", "googlebot", "bingbot", "duckduckbot"]
+    assert {"Google-Extended", "Applebot-Extended", "Claude-User", "AadharshBot"} <= {c["token"] for c in CRAWLERS}
+    assert all(c["role"] in ("search", "train", "answers") for c in CRAWLERS)
+
+
+def test_counts_crawlers_and_skips_what_it_should(tmp_path, log):
+    settings = settings_for(tmp_path, log)
+    append(log,
+           caddy_line("/writing/agents?ref=x", UA["gptbot"]), caddy_line("/writing/agents", UA["gptbot"]),
+           caddy_line("/", UA["gptbot"], status=304), caddy_line("/missing", UA["googlebot"], status=404),
+           caddy_line("/", UA["claudebot"]), caddy_line("/", UA["aadharshbot"]), caddy_line("/", UA["browser"]),
+           caddy_line("/llms.txt", UA["chatgpt-user"]), caddy_line("/old", UA["claudebot"], ts=NOW - 40 * 86400),
+           '{"level":"info","ts":1,"logger":"tls","msg":"certificate obtained"}\n',
+           "{this is not json\n", '["a list"]\n', '{"logger":"http.log.access","status":"200"}\n',
+           caddy_line("/half", UA["gptbot"])[:50])
+    summary = run_ledger(settings)
+    assert "read 13 log lines" in summary and "3 malformed lines skipped" in summary
+    assert hits(settings) == {"gptbot": 3, "claudebot": 1, "chatgpt-user": 1}  # 40-day-old hit outside the window
+    status, body = ledger(db.connect(settings.db_path, readonly=True), settings)
+    assert status == 200 and body["ok"] is True and body["window_days"] == 30 and body["rate_usd"] == 0.01
+    assert body["total_hits"] == 5 and body["total_usd"] == 0.05 and "commentary" in body["note"]
+    gpt = body["line_items"][0]
+    assert gpt["bot"] == "gptbot" and gpt["owner"] == "OpenAI" and gpt["kind"] and gpt["amountUsd"] == 0.03
+    assert gpt["top_paths"][0] == {"path": "/writing/agents", "hits": 2}
+    assert body["cost"]["available"] is False
+    append(log, caddy_line("/half", UA["gptbot"])[50:], caddy_line("/next", UA["gptbot"]))
+    run_ledger(settings)
+    assert hits(settings)["gptbot"] == 5  # the half-written line counted once, when complete
+
+
+def roll(log, stamp: str, compress: bool = False):
+    """What Caddy's roller does: rename to access-<time>.log (gzip it later), start a new file."""
+    rolled = log.with_name(f"access-{stamp}.log")
+    log.rename(rolled)
+    if compress:
+        with open(rolled, "rb") as src, gzip.open(str(rolled) + ".gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        rolled.unlink()
+    log.write_text("")
+
+
+def test_rolls_lose_and_double_count_nothing(tmp_path, log):
+    settings = settings_for(tmp_path, log)
+    append(log, *(caddy_line(f"/a{i}", UA["gptbot"]) for i in range(3)))
+    run_ledger(settings)
+    append(log, *(caddy_line(f"/b{i}", UA["gptbot"]) for i in range(2)))  # written before the roll, not yet read
+    roll(log, "2026-11-20T01-00-00.000")
+    append(log, caddy_line("/c", UA["gptbot"]))
+    assert "from 2 file(s)" in run_ledger(settings)
+    assert hits(settings)["gptbot"] == 6
+    append(log, caddy_line("/d", UA["gptbot"]))
+    roll(log, "2026-11-20T02-00-00.000", compress=True)  # rolled and already gzipped
+    append(log, caddy_line("/e", UA["gptbot"]))
+    roll(log, "2026-11-20T03-00-00.000")  # and rolled again before the job ran
+    append(log, caddy_line("/f", UA["gptbot"]))
+    assert "from 3 file(s)" in run_ledger(settings)
+    assert hits(settings)["gptbot"] == 9
+    assert "read 0 log lines" in run_ledger(settings)
+    assert hits(settings)["gptbot"] == 9
+
+
+def test_gzip_in_progress_prefers_the_complete_plain_copy(tmp_path, log):
+    settings = settings_for(tmp_path, log)
+    append(log, caddy_line("/a", UA["claudebot"]))
+    run_ledger(settings)
+    append(log, caddy_line("/b", UA["claudebot"]))
+    roll(log, "2026-11-20T01-00-00.000")
+    (log.parent / "access-2026-11-20T01-00-00.000.log.gz").write_bytes(gzip.compress(b"partial")[:10])
+    run_ledger(settings)
+    assert hits(settings)["claudebot"] == 2
+
+
+def test_rolled_file_deleted_is_reported(tmp_path, log):
+    settings = settings_for(tmp_path, log)
+    append(log, caddy_line("/a", UA["gptbot"]))
+    run_ledger(settings)
+    roll(log, "2026-11-20T01-00-00.000")
+    (log.parent / "access-2026-11-20T01-00-00.000.log").unlink()
+    append(log, caddy_line("/b", UA["gptbot"]))
+    assert "may be missing" in run_ledger(settings)
+    assert hits(settings)["gptbot"] == 2
+
+
+def test_unreadable_log_keeps_counts_and_position(tmp_path, log):
+    settings = settings_for(tmp_path, log)
+    append(log, caddy_line("/a", UA["gptbot"]))
+    run_ledger(settings)
+    conn = db.connect(settings.db_path, readonly=True)
+    before = tuple(conn.execute("SELECT * FROM ledger_state").fetchone())
+    log.unlink()
+    with pytest.raises(FeedError, match="does not exist"):
+        run_ledger(settings)
+    log.mkdir()  # something that is not a readable file
+    with pytest.raises(FeedError, match="could not be read"):
+        run_ledger(settings)
+    assert tuple(conn.execute("SELECT * FROM ledger_state").fetchone()) == before
+    assert hits(settings) == {"gptbot": 1}
+
+
+def test_reader_errors_carry_the_ledger_body(tmp_path, log):
+    unconfigured = make_settings(tmp_path)
+    assert "no access log" in run_ledger(unconfigured)
+    with pytest.raises(ApiError) as caught:
+        ledger(sqlite3.connect(":memory:"), unconfigured)
+    err = caught.value
+    assert (err.status, err.body["code"]) == (503, "not_configured")
+    assert err.body["line_items"] == [] and err.body["window_days"] == 30 and err.body["ok"] is False
+
+    settings = settings_for(tmp_path, log)
+    db.writer(settings.db_path).close()
+    with pytest.raises(ApiError) as caught:  # never read
+        ledger(db.connect(settings.db_path, readonly=True), settings)
+    assert (caught.value.status, caught.value.body["code"]) == (502, "upstream_failed")
+    assert caught.value.body["total_hits"] == 0
+    run_ledger(settings)
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=2)
+    with pytest.raises(ApiError) as caught:  # not read for two hours
+        ledger(db.connect(settings.db_path, readonly=True), settings, now=later)
+    assert caught.value.status == 502 and caught.value.body["read_at"]
+    broken = tmp_path / "broken.db"
+    broken.write_bytes(b"not a database" * 300)
+    with pytest.raises(ApiError) as caught:
+        ledger(sqlite3.connect(broken), settings)
+    assert caught.value.status == 502 and caught.value.body["line_items"] == []

@@ -1,0 +1,140 @@
+"""/rn/tracks: the Spotify playlist job against a loopback Web API, and the reader's §4.8 errors."""
+from __future__ import annotations
+
+import pytest
+
+from siteapi import db
+
+from siteapi.feeds import FeedError
+from siteapi.feeds.tracks import now_playing, run_tracks
+from siteapi.web import ApiError
+from tests.feeds_servers import SpotifyServer, make_settings
+
+
+@pytest.fixture
+def spotify(monkeypatch):
+    server = SpotifyServer()
+    monkeypatch.setenv("SITE_SPOTIFY_CLIENT_ID", SpotifyServer.CLIENT[0])
+    monkeypatch.setenv("SITE_SPOTIFY_CLIENT_SECRET", SpotifyServer.CLIENT[1])
+    yield server
+    server.close()
+
+
+def settings_for(tmp_path, server, **extra):
+    return make_settings(tmp_path, {"spotify_api_base": server.api_base, "spotify_token_url": server.url + "/api/token",
+                                    "playlist_id": server.playlist_id, "spotify_timeout": 0.5, **extra})
+
+
+def error_of(settings) -> ApiError:
+    with pytest.raises(ApiError) as caught:
+        now_playing(settings)
+    assert caught.value.body["tracks"] == []
+    return caught.value
+
+
+def test_reads_every_page_and_serves_the_tracks(tmp_path, spotify):
+    settings = settings_for(tmp_path, spotify)
+    assert "5 tracks" in run_tracks(settings)
+    pages = [p for _, p, _ in spotify.requests if "/tracks?" in p]
+    assert len(pages) == 2  # items 0-1 came inside the playlist; 2-3 and 4-5 are followed via `next`
+    status, body = now_playing(settings)
+    assert status == 200 and body["playlist_name"] == "rn" and body["count"] == 5
+    assert body["playlist_id"] == spotify.playlist_id and body["fetched_at"].endswith("Z")
+    first = body["tracks"][0]
+    assert first["title"] == "Song 0" and first["artists_text"] == "Artist 0, Guest"
+    assert first["song_link_url"] == f"https://song.link/s/{first['id']}"
+    assert first["spotify_url"] == f"https://open.spotify.com/track/{first['id']}"
+    assert first["duration_ms"] == 180000 and first["preview_url"] == "https://p.scdn.co/mp3-preview/0"
+    assert first["image_url"].endswith("ab67616d0000b2730000")  # the 640 px cover
+    assert first["artists"][0] == {"id": first["artists"][0]["id"], "name": "Artist 0",
+                                   "spotify_url": f"https://open.spotify.com/artist/{first['artists'][0]['id']}"}
+    assert body["tracks"][1]["is_explicit"] is True and first["is_explicit"] is False
+    assert body["tracks"][1]["preview_url"] is None
+    assert [t["title"] for t in body["tracks"]] == [f"Song {n}" for n in range(5)]  # the removed item is skipped
+
+
+def test_expired_token_is_refreshed_once(tmp_path, spotify):
+    settings = settings_for(tmp_path, spotify)
+    run_tracks(settings)
+    run_tracks(settings)
+    assert spotify.tokens_issued == 1  # the token is reused while valid
+    spotify.expire_tokens()
+    run_tracks(settings)
+    assert spotify.tokens_issued == 2
+    assert now_playing(settings)[1]["count"] == 5
+
+
+def test_refused_credentials_fail_and_nothing_stored_is_a_502(tmp_path, spotify, monkeypatch):
+    monkeypatch.setenv("SITE_SPOTIFY_CLIENT_SECRET", "wrong")
+    settings = settings_for(tmp_path, spotify)
+    with pytest.raises(FeedError, match="token endpoint answered HTTP 400"):
+        run_tracks(settings)
+    err = error_of(settings)
+    assert err.status == 500  # the job never got as far as creating storage
+    monkeypatch.delenv("SITE_SPOTIFY_CLIENT_SECRET")
+    with pytest.raises(FeedError, match="SITE_SPOTIFY_CLIENT_SECRET"):
+        run_tracks(settings)
+
+
+@pytest.mark.parametrize("fault,message", [
+    ("500", "HTTP 500"), ("slow", "could not be reached|time limit"), ("malformed", "not JSON"),
+    ("huge", "more than"), ("schema", "unexpected shape"),
+])
+def test_faults_keep_the_last_good_copy(tmp_path, spotify, fault, message):
+    settings = settings_for(tmp_path, spotify)
+    run_tracks(settings)
+    before = now_playing(settings)[1]
+    spotify.fault = fault
+    with pytest.raises(FeedError, match=message):
+        run_tracks(settings)
+    assert now_playing(settings)[1] == before
+
+
+def test_service_down_keeps_the_copy_and_empty_store_answers_502(tmp_path, spotify):
+    settings = settings_for(tmp_path, spotify)
+    run_tracks(settings)
+    spotify.close()
+    with pytest.raises(FeedError, match="could not be reached"):
+        run_tracks(settings)
+    assert now_playing(settings)[1]["count"] == 5
+    (tmp_path / "other").mkdir()
+    other = make_settings(tmp_path / "other", {"playlist_id": "another", "spotify_api_base": spotify.api_base})
+    db.writer(other.db_path).close()  # storage exists, but the playlist was never read
+    err = error_of(other)
+    assert err.status == 502 and err.body["code"] == "upstream_failed"
+
+
+def test_long_playlists_stop_at_max_tracks(tmp_path, spotify):
+    settings = settings_for(tmp_path, spotify, max_tracks=3)
+    assert "3 tracks" in run_tracks(settings)
+    assert [t["title"] for t in now_playing(settings)[1]["tracks"]] == ["Song 0", "Song 1", "Song 2"]
+
+
+def test_next_page_outside_the_api_is_refused(tmp_path, spotify):
+    settings = settings_for(tmp_path, spotify)
+    spotify.PAGE = 1
+    original = spotify.page
+    spotify.page = lambda offset: {**original(offset), "next": "http://evil.example/v1/x"}
+    with pytest.raises(FeedError, match="outside the API"):
+        run_tracks(settings)
+
+
+def test_no_playlist_is_503_and_the_job_does_nothing(tmp_path, spotify):
+    settings = make_settings(tmp_path, {"playlist_id": ""})
+    assert "no playlist" in run_tracks(settings)
+    err = error_of(settings)
+    assert (err.status, err.body["code"]) == (503, "no_playlist")
+    assert spotify.requests == []
+
+
+def test_storage_never_set_up_is_500_and_unreadable_is_503(tmp_path, spotify):
+    settings = settings_for(tmp_path, spotify)
+    err = error_of(settings)  # no site.db at all
+    assert (err.status, err.body["code"]) == (500, "storage_not_configured")
+    settings.db_path.write_bytes(b"")  # an empty file: SQLite without our tables
+    assert error_of(settings).status == 500
+    (tmp_path / "broken").mkdir()
+    broken = settings_for(tmp_path / "broken", spotify)
+    broken.db_path.write_bytes(b"this is not a database file" * 100)
+    err = error_of(broken)
+    assert (err.status, err.body["code"]) == (503, "storage_unavailable")

@@ -1,0 +1,344 @@
+"""The photo ingest job on the project's own demo photos and, when present, the shared real camera files."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import exiv2
+import pytest
+from PIL import Image
+
+from siteapi import db, demo_photos, ingest, photos
+from siteapi.config import load_settings
+
+REAL_PHOTOS = Path(__file__).resolve().parents[2] / "shared" / "data" / "photos"
+SECRETS = ("DEMO-SERIAL-0042", "FFDT00424242", "DEMO-LENS-77", "Demo Owner", "3012/100", "5123/100")
+REAL_SECRETS = ("FFDT22873443", "FF02B8054953", "4B005176", "58A15074", "Victor Quiroz", "victorhqc.com")
+
+
+def make_settings(tmp: Path, **changes):
+    return dataclasses.replace(load_settings(), db_path=tmp / "site.db", photos_dir=tmp / "originals",
+                               images_dir=tmp / "public", **changes)
+
+
+def rows(settings) -> dict[str, dict]:
+    conn = db.connect(settings.db_path, readonly=True)
+    try:
+        return {row["stem"]: dict(row) for row in conn.execute("SELECT * FROM photos")}
+    finally:
+        conn.close()
+
+
+def db_text(settings) -> str:
+    conn = db.connect(settings.db_path)
+    try:
+        return "\n".join(conn.iterdump())
+    finally:
+        conn.close()
+
+
+def assert_no_metadata(path: Path):
+    image = exiv2.ImageFactory.open(str(path))
+    image.readMetadata()
+    assert image.exifData().count() == 0, f"{path.name} carries EXIF"
+    assert image.iptcData().count() == 0, f"{path.name} carries IPTC"
+    assert image.xmpData().count() == 0, f"{path.name} carries XMP"
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("archive")
+    settings = make_settings(tmp)
+    demo_photos.generate(settings.photos_dir, count=len(demo_photos.DEMOS))
+    summary = ingest.run_photos(settings)
+    return settings, summary, rows(settings)
+
+
+def test_first_run_adds_every_demo_photo(archive):
+    settings, summary, table = archive
+    assert summary == f"added {len(demo_photos.DEMOS)}, updated 0, removed 0, failed 0"
+    assert set(table) == {demo.stem for demo in demo_photos.DEMOS}
+    assert all(row["extractor"] == "exiv2" and row["extractor_version"] == ingest.EXTRACTOR_VERSION
+               for row in table.values())
+
+
+def test_recipe_round_trip_classic_negative(archive):
+    meta = json.loads(archive[2]["DSCF0101"]["metadata"])
+    assert meta["recipe"] == {
+        "Film Simulation": "Classic Negative", "Dynamic Range": "DR200", "Grain Effect": "Strong / Small",
+        "Color Chrome Effect": "Strong", "Color Chrome FX Blue": "Off", "White Balance": "4700K, R+4 / B-2",
+        "Highlight": "-2", "Shadow": "0", "Color": "+4", "Sharpness": "-1", "High ISO NR": "-4",
+        "Clarity": "0", "ISO": "320", "Exposure Compensation": "-1/3",
+    }
+    assert meta["camera"] == "FUJIFILM X100VI" and meta["lens"] is None
+    assert (meta["aperture"], meta["shutter"], meta["iso"], meta["focal"], meta["ev"]) == ("f/5.6", "1/500", 320, "23 mm", -0.33)
+    assert (meta["wb_shift"], meta["color_temp"], meta["dr"], meta["dr_value"]) == ("R+4 / B-2", 4700, "DR200", 200)
+    assert meta["date"] == "2023:01:14 08:12:03" and (meta["width"], meta["height"]) == (1200, 800)
+
+
+@pytest.mark.parametrize("stem, film", [
+    ("DSCF0102", "Reala ACE"), ("DSCF0103", "Acros+R"), ("DSCF0104", "Acros+Ye"), ("DSCF0105", "Velvia"),
+    ("DSCF0106", "Classic Chrome"), ("DSCF0107", "Eterna"), ("DSCF0108", "Astia"), ("DSCF0109", "Nostalgic Neg."),
+    ("DSCF0110", "Monochrome"), ("DSCF0111", "Pro Neg. Hi"), ("DSCF0113", "Eterna Bleach Bypass"),
+    ("DSCF0114", "Sepia"), ("DSCF0118", "Acros+G"), ("DSCF0119", "Provia"), ("DSCF0121", "Monochrome+Ye"),
+])
+def test_film_simulations_named_as_photographers_do(archive, stem, film):
+    row = archive[2][stem]
+    assert row["film"] == film
+    assert json.loads(row["recipe"])["Film Simulation"] == film
+    assert f"Film Simulation: {film}" in row["recipe_text"]
+
+
+def test_every_recipe_field_as_written(archive):
+    table = archive[2]
+    for demo in demo_photos.DEMOS:
+        if not demo.fuji:
+            continue
+        spec, meta = demo.fuji, json.loads(table[demo.stem]["metadata"])
+        card = meta["recipe"]
+
+        def signed(value):
+            text = f"{value:+.1f}".rstrip("0").rstrip(".")
+            return "0" if text in ("+0", "-0") else text
+        assert card["Highlight"] == signed(spec["highlight"]), demo.stem
+        assert card["Shadow"] == signed(spec["shadow"]), demo.stem
+        assert meta["wb_shift"] == f"R{signed(spec['shift'][0])} / B{signed(spec['shift'][1])}", demo.stem
+        assert card["Sharpness"] == signed(spec["sharp"]) and card["High ISO NR"] == signed(spec["nr"]), demo.stem
+        assert meta["dr_value"] == spec["dr"][1]
+        assert card["Dynamic Range"] == ("DR-Auto" if spec["dr"][0] == 0 else f"DR{spec['dr'][1]}"), demo.stem
+        if spec["mono"] is None:
+            assert card["Color"] == signed(spec["color"]), demo.stem
+        else:
+            assert "Color" not in card and meta["saturation"] is None, demo.stem
+        if spec["modern"]:
+            assert meta["clarity"] == spec["clarity"] and card["Clarity"] == signed(spec["clarity"]), demo.stem
+            assert (meta["grain"], meta["grain_size"]) == spec["grain"], demo.stem
+            assert (meta["chrome"], meta["chrome_blue"]) == (spec["chrome"], spec["blue"]), demo.stem
+            grain = spec["grain"][0] if spec["grain"][0] == "Off" else " / ".join(spec["grain"])
+            assert card["Grain Effect"] == grain, demo.stem
+
+
+def test_half_step_tones_and_white_balance_names(archive):
+    card = json.loads(archive[2]["DSCF0102"]["recipe"])
+    assert (card["Highlight"], card["Shadow"]) == ("-1.5", "+0.5")
+    assert card["White Balance"] == "Daylight, R+1 / B-3"
+    assert card["Clarity"] == "-2" and card["Exposure Compensation"] == "+2/3"
+    assert json.loads(archive[2]["DSCF0107"]["recipe"])["Dynamic Range"] == "DR-Auto"
+
+
+def test_old_body_records_no_grain_chrome_or_clarity(archive):
+    meta = json.loads(archive[2]["DSCF0115"]["metadata"])
+    for key in ("grain", "grain_size", "chrome", "chrome_blue", "clarity"):
+        assert key in meta and meta[key] is None
+    assert "Grain Effect" not in meta["recipe"] and "Clarity" not in meta["recipe"]
+
+
+def test_other_makers_have_no_recipe_but_every_field(archive):
+    meta = json.loads(archive[2]["DSC01234"]["metadata"])
+    assert "recipe" not in meta and meta["film"] is None and meta["clarity"] is None
+    assert meta["camera"] == "SONY ILCE-7M4" and meta["lens"] == "FE 24-70mm F2.8 GM II"
+    assert archive[2]["DSC01234"]["recipe"] is None and archive[2]["DSC01234"]["film"] is None
+    assert json.loads(archive[2]["R0001234"]["metadata"])["camera"] == "RICOH GR III"
+
+
+def test_captions_from_xmp_iptc_exif_and_sidecar(archive):
+    table = archive[2]
+    assert table["DSCF0101"]["alt"] == "Fishing boats moored in the harbour at dawn"  # XMP
+    assert table["DSCF0102"]["alt"] == "Beach at low tide with a red kite"  # IPTC
+    assert table["DSCF0103"]["alt"] == "Neon signs on a rainy street at night"  # EXIF
+    assert table["DSCF0104"]["alt"] == "Cathedral ceiling looking straight up"  # sidecar
+    assert table["DSCF0122"]["alt"] is None
+    long_alt = table["DSCF0114"]["alt"]
+    assert len(long_alt) <= 240 and long_alt.endswith("…") and long_alt.startswith("Frozen lake with skaters")
+
+
+def test_thumbnails_sized_hashed_and_free_of_metadata(archive):
+    settings, _, table = archive
+    row = table["DSCF0108"]  # portrait 800x1200
+    files = {kind: settings.images_dir / row["thumb_" + kind] for kind in ("avif", "jpg", "small", "xs")}
+    assert row["thumb_small"].startswith("DSCF0108-400.") and row["thumb_xs"].startswith("DSCF0108-200.")
+    assert row["thumb_avif"].endswith(".avif") and row["thumb_jpg"].endswith(".jpg")
+    sizes = {}
+    for kind, path in files.items():
+        with Image.open(path) as image:
+            sizes[kind] = image.size
+            assert image.format == ("AVIF" if kind == "avif" else "JPEG")
+    assert sizes == {"avif": (800, 1200), "jpg": (800, 1200), "small": (267, 400), "xs": (133, 200)}
+    for row in table.values():
+        for kind in ("avif", "jpg", "small", "xs"):
+            assert_no_metadata(settings.images_dir / row["thumb_" + kind])
+    assert len(list(settings.images_dir.iterdir())) == 4 * len(table)
+
+
+def test_large_photos_are_scaled_to_1600_on_the_long_edge(tmp_path):
+    settings = make_settings(tmp_path)
+    settings.photos_dir.mkdir()
+    Image.new("RGB", (3200, 2000), (30, 90, 200)).save(settings.photos_dir / "big.jpg", quality=80)
+    assert ingest.run_photos(settings).startswith("added 1,")
+    row = rows(settings)["big"]
+    with Image.open(settings.images_dir / row["thumb_jpg"]) as image:
+        assert image.size == (1600, 1000)
+    with Image.open(settings.images_dir / row["thumb_avif"]) as image:
+        assert image.size == (1600, 1000)
+    meta = json.loads(row["metadata"])
+    assert meta["camera"] is None and meta["date"] is None and "recipe" not in meta
+
+
+def test_gps_serials_and_owner_never_reach_the_database(archive):
+    text = db_text(archive[0])
+    for secret in SECRETS:
+        assert secret not in text
+
+
+def test_rerun_changes_and_deletions(tmp_path):
+    settings = make_settings(tmp_path)
+    paths = demo_photos.generate(settings.photos_dir, count=4)
+    assert ingest.run_photos(settings) == "added 4, updated 0, removed 0, failed 0"
+    before = rows(settings)
+    assert ingest.run_photos(settings) == "added 0, updated 0, removed 0, failed 0"
+
+    # same bytes rewritten (new mtime): hashed, found unchanged
+    paths[0].write_bytes(paths[0].read_bytes())
+    assert ingest.run_photos(settings) == "added 0, updated 0, removed 0, failed 0"
+
+    # a new picture under an old name: updated, old thumbnails gone, upload date kept
+    paths[1].write_bytes(demo_photos.make_jpeg(demo_photos.DEMOS[1], 99))
+    # a sidecar caption added to a photo without an embedded one is picked up
+    bare = demo_photos.DEMOS[21]
+    (settings.photos_dir / f"{bare.stem}.jpg").write_bytes(demo_photos.make_jpeg(bare, 21))
+    (settings.photos_dir / f"{bare.stem}.txt").write_text("Tram depot at dusk\n")
+    # a deleted original leaves the archive
+    paths[2].unlink()
+    assert ingest.run_photos(settings) == "added 1, updated 1, removed 1, failed 0"
+    after = rows(settings)
+    assert paths[2].stem not in after and after[bare.stem]["alt"] == "Tram depot at dusk"
+    assert after[paths[1].stem]["thumb_jpg"] != before[paths[1].stem]["thumb_jpg"]
+    assert after[paths[1].stem]["uploaded"] == before[paths[1].stem]["uploaded"]
+    on_disk = {p.name for p in settings.images_dir.iterdir()}
+    referenced = {row["thumb_" + k] for row in after.values() for k in ("avif", "jpg", "small", "xs")}
+    assert on_disk == referenced
+
+
+def test_bad_files_are_reported_by_name_and_skipped(tmp_path, caplog):
+    settings = make_settings(tmp_path)
+    paths = demo_photos.generate(settings.photos_dir, count=2)
+    folder = settings.photos_dir
+    (folder / "empty.jpg").write_bytes(b"")
+    (folder / "cut.jpg").write_bytes(paths[0].read_bytes()[: len(paths[0].read_bytes()) // 2])
+    Image.new("RGB", (50, 50)).save(folder / "actually-png.jpg", "PNG")
+    Image.new("RGB", (50, 50)).save(folder / "scan.png", "PNG")
+    (folder / ".DS_Store").write_bytes(b"\0\0")
+    with caplog.at_level("WARNING"):
+        summary = ingest.run_photos(settings)
+    assert summary.startswith("added 2, updated 0, removed 0, failed 3 (")
+    for name in ("empty.jpg: empty file", "cut.jpg: cannot decode", "actually-png.jpg: not a JPEG"):
+        assert name in summary
+    assert summary.endswith("skipped 1 non-JPEG: scan.png")
+    assert "scan.png" in caplog.text and ".DS_Store" not in caplog.text
+    assert set(rows(settings)) == {p.stem for p in paths}
+    assert len(list(settings.images_dir.iterdir())) == 8  # nothing left behind by the failures
+
+
+def test_missing_folder_raises_instead_of_emptying_the_archive(tmp_path):
+    settings = make_settings(tmp_path)
+    demo_photos.generate(settings.photos_dir, count=1)
+    ingest.run_photos(settings)
+    shutil.rmtree(settings.photos_dir)
+    with pytest.raises(RuntimeError, match="does not exist"):
+        ingest.run_photos(settings)
+    assert len(rows(settings)) == 1
+
+
+def test_demo_generator_is_deterministic(tmp_path):
+    first = demo_photos.generate(tmp_path / "a", count=3)
+    second = demo_photos.generate(tmp_path / "b", count=3)
+    assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
+    more = demo_photos.generate(tmp_path / "c", count=len(demo_photos.DEMOS) + 2)
+    assert len({p.stem for p in more}) == len(demo_photos.DEMOS) + 2
+
+
+def test_demo_generator_command_line(tmp_path, capsys):
+    assert demo_photos.main([str(tmp_path / "x"), "2"]) == 0
+    assert "wrote 2 demo photos" in capsys.readouterr().out
+    assert demo_photos.main([]) == 2
+    assert "usage:" in capsys.readouterr().err
+    assert demo_photos.main([str(tmp_path), "many"]) == 2
+
+
+def test_manifest_lists_exactly_the_published_photos(archive):
+    settings, _, table = archive
+    conn = db.connect(settings.db_path, readonly=True)
+    try:
+        body = photos.manifest(conn, settings)
+        private = photos.manifest(conn, dataclasses.replace(settings, originals_public=False))
+    finally:
+        conn.close()
+    assert body["_address"] == settings.url("/images/manifest.json")
+    assert body["count"] == len(table) == len(body["photos"])
+    assert {p["stem"] for p in body["photos"]} == set(table)
+    first = body["photos"][0]
+    assert first["stem"] == "DSCF0125"  # newest first
+    assert first["full"] == settings.url("/images/full/DSCF0125.jpg")
+    assert first["thumb_small"] == settings.url("/images/" + table["DSCF0125"]["thumb_small"])
+    assert first["size"] == (settings.photos_dir / "DSCF0125.jpg").stat().st_size
+    assert first["uploaded"] == table["DSCF0125"]["uploaded"]
+    assert all(p["full"] is None for p in private["photos"])
+
+
+@pytest.fixture(scope="module")
+def real_archive(tmp_path_factory):
+    if not REAL_PHOTOS.is_dir() or not list(REAL_PHOTOS.glob("*.jpg")):
+        pytest.skip("the shared real camera files (../shared/data/photos) are not here")
+    tmp = tmp_path_factory.mktemp("real")
+    settings = make_settings(tmp)
+    settings.photos_dir.mkdir()
+    for path in REAL_PHOTOS.glob("*.jpg"):
+        shutil.copy(path, settings.photos_dir / path.name)
+    summary = ingest.run_photos(settings)
+    return settings, summary, {stem: json.loads(row["metadata"]) for stem, row in rows(settings).items()}
+
+
+def _real(real_archive, prefix):
+    return next(meta for stem, meta in real_archive[2].items() if stem.startswith(prefix))
+
+
+def test_real_x100vi_classic_negative(real_archive):
+    meta = _real(real_archive, "X100VI_ClassicNeg")
+    card = meta["recipe"]
+    assert card["Film Simulation"] == "Classic Negative" and card["Grain Effect"] == "Strong / Small"
+    assert (card["Color Chrome Effect"], card["Color Chrome FX Blue"]) == ("Strong", "Off")
+    assert card["White Balance"] == "4700K, R+4 / B-2" and card["Dynamic Range"] == "DR200"
+    assert (card["Highlight"], card["Shadow"], card["Color"], card["High ISO NR"]) == ("-2", "0", "+4", "-4")
+    assert meta["lens"] is None and meta["camera"] == "FUJIFILM X100VI"
+
+
+def test_real_x100vi_classic_chrome(real_archive):
+    meta = _real(real_archive, "X100VI_ClassicChrome")
+    card = meta["recipe"]
+    assert card["Film Simulation"] == "Classic Chrome" and card["Grain Effect"] == "Weak / Large"
+    assert card["Color Chrome Effect"] == "Strong" and card["White Balance"] == "5600K, R+1 / B+1"
+    assert card["Clarity"] == "+2" and meta["clarity"] == 2
+
+
+def test_real_xe2s_velvia_records_nothing_newer(real_archive):
+    meta = _real(real_archive, "X-E2S-FS-Velvia")
+    assert meta["film"] == "Velvia" and meta["recipe"]["Film Simulation"] == "Velvia"
+    for key in ("grain", "grain_size", "chrome", "chrome_blue", "clarity"):
+        assert meta[key] is None
+
+
+def test_real_xe2s_monochrome_from_saturation_tag(real_archive):
+    meta = _real(real_archive, "X-E2S-FS-MONOCHROME")
+    assert meta["film"] == "Monochrome+Ye" and meta["recipe"]["Film Simulation"] == "Monochrome+Ye"
+
+
+def test_real_files_leak_no_gps_serials_or_owner(real_archive):
+    settings, summary, _ = real_archive
+    assert summary == "added 4, updated 0, removed 0, failed 0"
+    text = db_text(settings)
+    for secret in REAL_SECRETS + ("GPS", "Latitude"):
+        assert secret not in text
+    for path in settings.images_dir.iterdir():
+        assert_no_metadata(path)

@@ -1,0 +1,235 @@
+"""The safe fetcher: the production address policy on its own, URL rules, every redirect hop,
+DNS rebinding, deadlines, caps and decoding, against a real loopback server."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import lens_web
+from siteapi.lens.fetch import (PRODUCTION_POLICY, AddressPolicy, Fetcher, FetchFailed, FetchRefused,
+                                classify_address, decode_body, parse_target)
+
+DENIED = {
+    "loopback": ["127.0.0.1", "127.255.255.254", "::1"],
+    "private": ["10.0.0.1", "172.16.5.4", "172.31.255.255", "192.168.1.1", "fc00::1", "fd12:3456::1", "fec0::1"],
+    "link-local": ["169.254.1.1", "fe80::1"],
+    "cgnat": ["100.64.0.1", "100.127.255.254"],
+    "this-network": ["0.0.0.0", "0.1.2.3", "::"],
+    "ietf-192.0.0": ["192.0.0.8", "192.0.0.170"],
+    "benchmark": ["198.18.0.1", "198.19.255.254"],
+    "documentation": ["192.0.2.1", "198.51.100.2", "203.0.113.3", "2001:db8::1"],
+    "multicast": ["224.0.0.1", "239.255.255.250", "ff02::1"],
+    "reserved": ["240.0.0.1", "250.1.2.3"],
+    "broadcast": ["255.255.255.255"],
+    "mapped/compatible": ["::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:8.8.8.8", "::127.0.0.1"],
+    "nat64": ["64:ff9b::7f00:1", "64:ff9b::a00:1", "64:ff9b:1::1"],
+    "6to4": ["2002:7f00:1::1", "2002:c0a8:101::1"],
+    "teredo": ["2001:0:4136:e378:8000:63bf:3fff:fdd2"],
+    "metadata": ["169.254.169.254", "169.254.170.2", "168.63.129.16", "100.100.100.200", "fd00:ec2::254", "192.0.0.192"],
+}
+PUBLIC = ["93.184.216.34", "1.1.1.1", "8.8.8.8", "2606:4700:4700::1111", "2a00:1450:4001:81b::200e"]
+
+
+@pytest.mark.parametrize("address", [a for group in DENIED.values() for a in group])
+def test_production_policy_refuses_every_non_public_class(address):
+    assert classify_address(address) is not None
+    assert PRODUCTION_POLICY.refusal(address, 443) is not None
+
+
+def test_metadata_addresses_are_named_as_such():
+    for address in DENIED["metadata"]:
+        assert classify_address(address) == "a cloud metadata address"
+
+
+@pytest.mark.parametrize("address", PUBLIC)
+def test_public_addresses_pass_on_80_and_443_only(address):
+    assert PRODUCTION_POLICY.refusal(address, 443) is None
+    assert PRODUCTION_POLICY.refusal(address, 80) is None
+    assert PRODUCTION_POLICY.refusal(address, 8080) is not None
+
+
+@pytest.mark.parametrize("url, words", [
+    ("ftp://example.com/", "http and https"),
+    ("file:///etc/passwd", "http and https"),
+    ("gopher://example.com/", "http and https"),
+    ("https://user:pw@example.com/", "credentials"),
+    ("https://user@example.com/", "credentials"),
+    ("https://example.com:8443/", "ports 80 and 443"),
+    ("http://example.com:22/", "ports 80 and 443"),
+    ("https://example.com:99999/", "port"),
+    ("http://localhost/", ".localhost"),
+    ("http://printer.local/", ".local"),
+    ("http://db.internal/", ".internal"),
+    ("http://abc.onion/", ".onion"),
+    ("http://2130706433/", "non-standard"),
+    ("http://0x7f.1/", "non-standard"),
+    ("http://017700000001/", "non-standard"),
+    ("http://[fe80::1%25eth0]/", "zone"),
+    ("", "url"),
+    ("https://exa mple.com/\x00", "control"),
+    ("https:///path-only", "host"),
+])
+def test_url_rules_refuse_with_a_sentence(url, words):
+    with pytest.raises(FetchRefused) as refused:
+        parse_target(url)
+    assert words in str(refused.value)
+    assert str(refused.value).endswith(".")
+
+
+def test_url_normalisation():
+    assert parse_target("example.com").url == "https://example.com/"
+    assert parse_target("//example.com/a b").url == "https://example.com/a%20b"
+    assert parse_target("HTTP://Example.COM:80/x?q=1#frag").url == "http://example.com/x?q=1"
+    assert parse_target("https://bücher.example/").host == "xn--bcher-kva.example"
+    assert parse_target("https://[2606:4700::1]/").url == "https://[2606:4700::1]/"
+
+
+def _refused_without_network(resolver):
+    fetcher = Fetcher(resolve=resolver, timeout_s=2)
+    with pytest.raises(FetchRefused) as refused:
+        fetcher.fetch("https://victim.example/")
+    return str(refused.value)
+
+
+@pytest.mark.parametrize("address", [a for group in DENIED.values() for a in group])
+def test_names_resolving_to_any_denied_class_are_refused(address):
+    sentence = _refused_without_network(lambda host, timeout: [address])
+    assert "public internet addresses" in sentence
+    assert address not in sentence  # the internal address is never echoed
+
+
+def test_one_private_answer_among_public_ones_is_refused():
+    _refused_without_network(lambda host, timeout: ["93.184.216.34", "10.0.0.5"])
+
+
+def test_literal_private_addresses_are_refused_before_any_connection():
+    fetcher = Fetcher(resolve=lambda host, timeout: pytest.fail("no lookup for a literal"))
+    for url in ("http://127.0.0.1/", "http://[::1]/", "http://169.254.169.254/latest/meta-data/",
+                "http://[::ffff:127.0.0.1]/", "http://100.64.1.1/"):
+        with pytest.raises(FetchRefused):
+            fetcher.fetch(url)
+
+
+def test_unresolvable_name_is_a_failure():
+    with pytest.raises(FetchFailed, match="does not resolve"):
+        Fetcher(resolve=lambda host, timeout: []).fetch("https://nowhere.example/")
+
+
+@pytest.fixture(scope="module")
+def web():
+    server, thread = lens_web.start()
+    yield server
+    lens_web.stop(server, thread)
+
+
+def test_the_test_policy_allows_only_its_own_port(web):
+    policy = AddressPolicy(allow=frozenset({("127.0.0.1", web.port)}))
+    assert policy.refusal("127.0.0.1", web.port) is None
+    assert policy.refusal("127.0.0.1", web.port + 1) is not None
+    assert policy.refusal("10.0.0.1", web.port) is not None
+
+
+def test_fetch_sends_the_name_as_host_and_the_product_user_agent(web):
+    result = lens_web.loopback_fetcher(web).fetch(web.url("/rich"))
+    assert result.status == 200 and b"Rich" in result.body
+    path, headers = web.seen[-1]
+    assert headers["Host"] == f"shop.test:{web.port}"
+    assert headers["User-Agent"].startswith("AadharshBot/1.0 (+https://")
+    assert "br" in headers["Accept-Encoding"] and "zstd" in headers["Accept-Encoding"]
+    assert result.headers["x-frame-options"] == "DENY"
+
+
+def test_a_name_that_resolves_public_then_private_is_connected_to_the_checked_address(web):
+    resolver = lens_web.StubResolver({"shop.test": [["127.0.0.1"], ["10.9.9.9"]]})
+    result = lens_web.loopback_fetcher(web, resolver).fetch(web.url("/rich"))
+    assert result.status == 200
+    assert resolver.calls == ["shop.test"]  # resolved once, then the checked address was used
+
+
+def test_every_redirect_hop_is_checked_again(web):
+    resolver = lens_web.StubResolver({"shop.test": ["127.0.0.1"], "rebind.test": ["10.1.2.3"]})
+    fetcher = lens_web.loopback_fetcher(web, resolver)
+    for path, words in (("/to-private", "private network"), ("/to-metadata", "cloud metadata"),
+                        ("/to-rebind", "private network"), ("/to-other-port", "ports 80 and 443"),
+                        ("/to-ftp", "http and https")):
+        with pytest.raises(FetchFailed) as failed:
+            fetcher.fetch(web.url(path))
+        assert words in str(failed.value) and "redirected" in str(failed.value)
+    assert "rebind.test" in resolver.calls
+
+
+def test_a_redirect_back_to_a_name_that_now_resolves_private_is_refused(web):
+    resolver = lens_web.StubResolver({"shop.test": [["127.0.0.1"], ["192.168.0.10"]]})
+    with pytest.raises(FetchFailed, match="private network"):
+        lens_web.loopback_fetcher(web, resolver).fetch(web.url("/to-rich"))
+
+
+def test_redirects_are_followed_by_hand_up_to_the_limit(web):
+    fetcher = lens_web.loopback_fetcher(web)
+    result = fetcher.fetch(web.url("/chain/5"))
+    assert result.status == 200 and result.redirected and len(result.redirects) == 5
+    with pytest.raises(FetchFailed, match="more than 5 times"):
+        fetcher.fetch(web.url("/chain/6"))
+    with pytest.raises(FetchFailed, match="loop"):
+        fetcher.fetch(web.url("/loop-a"))
+
+
+@pytest.mark.parametrize("path, sentence", [
+    ("/reset", "reset the connection"),
+    ("/garbage", "not a valid HTTP response"),
+    ("/hangup", "closed the connection"),
+])
+def test_broken_servers_fail_with_a_sentence(web, path, sentence):
+    with pytest.raises(FetchFailed, match=sentence):
+        lens_web.loopback_fetcher(web).fetch(web.url(path))
+
+
+@pytest.mark.parametrize("path", ["/slow", "/drip"])
+def test_one_deadline_covers_the_whole_fetch(web, path):
+    started = time.monotonic()
+    with pytest.raises(FetchFailed) as failed:
+        lens_web.loopback_fetcher(web, timeout_s=1).fetch(web.url(path))
+    assert str(failed.value) == "The site took too long to answer (1s timeout)."
+    assert time.monotonic() - started < 1.6
+
+
+def test_a_refused_connection_is_a_failure(web):
+    fetcher = Fetcher(policy=AddressPolicy(allow=frozenset({("127.0.0.1", 9)})),
+                      resolve=lambda host, timeout: ["127.0.0.1"], timeout_s=2)
+    with pytest.raises(FetchFailed, match="refused the connection"):
+        fetcher.fetch("http://shop.test:9/")
+
+
+def test_raw_body_is_capped(web):
+    result = lens_web.loopback_fetcher(web).fetch(web.url("/big"))
+    assert result.truncated and len(result.body) == 2 * 1024 * 1024 and result.raw_bytes == 2 * 1024 * 1024
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br", "zstd"])
+def test_compression_bombs_stop_at_the_decoded_cap(web, coding):
+    result = lens_web.loopback_fetcher(web).fetch(web.url(f"/bomb/{coding}"))
+    assert result.truncated and len(result.body) == 2 * 1024 * 1024
+    assert result.raw_bytes < 100_000
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br", "zstd"])
+def test_every_content_encoding_decodes(web, coding):
+    result = lens_web.loopback_fetcher(web).fetch(web.url(f"/{coding}-page"))
+    assert result.body == lens_web.RICH_PAGE.encode() and not result.truncated
+
+
+@pytest.mark.parametrize("path, encoding", [("/bad-gzip", "gzip"), ("/unknown-encoding", "x-snappy-frame")])
+def test_undecodable_bodies_are_reported_not_raised(web, path, encoding):
+    result = lens_web.loopback_fetcher(web).fetch(web.url(path))
+    assert result.body == b""
+    assert result.body_unreadable == {"reason": "undecodable-content-encoding", "encoding": encoding}
+
+
+def test_decode_body_tolerates_a_cut_stream_but_not_a_broken_one():
+    import gzip
+    whole = gzip.compress(b"hello world" * 1000)
+    body, capped, unreadable = decode_body(whole[: len(whole) // 2], "gzip", 1 << 20, raw_truncated=True)
+    assert unreadable is None and body and b"hello world".startswith(body[:11])
+    assert decode_body(b"\x1f\x8bnope", "gzip", 1 << 20, raw_truncated=False)[2]["encoding"] == "gzip"
+    assert decode_body(b"plain", "identity", 10, False) == (b"plain", False, None)

@@ -1,0 +1,207 @@
+"""The page pass and /lens/fetch's service function against the loopback web: a rich page read
+field by field, and every hostile page answered in bounded time with what could be read."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from types import MappingProxyType
+
+import pytest
+
+import lens_web
+from siteapi.config import load_settings
+from siteapi.lens import cost, page
+from siteapi.lens.observe import inspect
+from siteapi.web import ApiError
+
+
+@pytest.fixture(scope="module")
+def web():
+    server, thread = lens_web.start()
+    yield server
+    lens_web.stop(server, thread)
+
+
+@pytest.fixture(scope="module")
+def settings():
+    base = load_settings()
+    lens = {"parse_kb": 256, "timeout_s": 8, "max_redirects": 5, "raw_cap_kb": 2048, "rates_checked": "2026-11-01",
+            "rates": [{"model": "Model A", "usdPerMtok": 2.5}, {"model": "bad"}, "nonsense"]}
+    return dataclasses.replace(base, sections=MappingProxyType({**base.sections, "lens": MappingProxyType(lens)}))
+
+
+def look(web, settings, path, **limits):
+    return inspect(web.url(path), settings, phases="page", fetcher=lens_web.loopback_fetcher(web, **limits))
+
+
+def test_rich_page_observation(web, settings):
+    seen = look(web, settings, "/rich")
+    assert seen["ok"] is True and seen["status"] == 200 and not seen["redirected"] and not seen["binary"]
+    assert seen["url"] == seen["finalUrl"] == web.url("/rich")
+    assert seen["fetchedBy"] == "AadharshBot/1.0 (+https://aadhar.sh/bot)"
+    assert seen["phases"] == {"page": True, "discovery": False, "botViews": False}
+    for absent in ("discovery", "wire", "terms", "agent", "botViews", "readiness", "bodyUnreadable"):
+        assert absent not in seen
+    assert seen["headers"]["content-type"] == "text/html; charset=utf-8"
+    assert all(name == name.lower() for name in seen["headers"])
+    assert seen["framable"] is False and seen["frameReason"] == "X-Frame-Options: DENY"
+
+    anatomy = seen["anatomy"]
+    assert anatomy["rawBytes"] == anatomy["parsedBytes"] == len(lens_web.RICH_PAGE.encode())
+    assert anatomy["parseTruncated"] is False and anatomy["rawHtml"].startswith("<!doctype html>")
+    assert "Hello machine readers" in anatomy["text"] and "notJsonLd" not in anatomy["text"]
+    assert "display: none" not in anatomy["text"]
+    assert anatomy["imgTotal"] == 3 and anatomy["imgNoAlt"] == 1
+    assert anatomy["headings"] == [{"level": 1, "text": "Main heading"}, {"level": 2, "text": "An entry"},
+                                   {"level": 3, "text": "Third level"}]
+    assert anatomy["wordCount"] == len(anatomy["text"].split())
+
+    s = seen["structured"]
+    assert s["title"] == "Rich fixture page"
+    assert s["meta"]["description"].startswith("A page with")
+    assert s["og"] == {"og:title": "Rich OG title", "og:type": "article"}
+    assert s["twitter"] == {"twitter:card": "summary_large_image", "twitter:site": "@fixture"}
+    valid = [b for b in s["jsonld"] if b["valid"]]
+    broken = [b for b in s["jsonld"] if not b["valid"]]
+    assert len(s["jsonld"]) == 3 and len(valid) == 2 and len(broken) == 1
+    assert broken[0]["error"] and broken[0]["raw"].startswith('{"@context"')
+    assert valid[0]["types"] == ["Organization"] and json.loads(valid[0]["json"])["name"] == "Fixture"
+    assert valid[1]["types"] == ["WebSite", "WebPage", "FAQPage"]  # @graph members
+    assert s["microdata"] == {"itemtypes": ["https://schema.org/Product", "https://schema.org/Offer"],
+                              "props": ["name", "offers", "price"]}
+    assert s["rdfa"]["typeof"] == ["Person"] and {"name", "jobTitle"} <= set(s["rdfa"]["properties"])
+    assert s["microformats"] == ["h-entry", "h-card", "vcard"]
+    rels = {(link["rel"], link["href"]) for link in s["relLinks"]}
+    assert ("canonical", web.url("/rich")) in rels
+    assert ("service-desc", "https://shop.test/openapi.json") in rels  # from the Link header
+    feed = next(link for link in s["relLinks"] if link["rel"] == "alternate")
+    assert feed["type"] == "application/rss+xml" and feed["title"] == "Feed"
+
+    ai = seen["ai"]
+    assert ai["markdown"].startswith("# Main heading") and "Hello machine readers" in ai["markdown"]
+    assert ai["llmsTxtPresent"] is True
+    assert ai["directives"] == {"metaRobots": "index, follow", "xRobotsTag": "claudebot: noai", "namesAiCrawlers": True}
+
+    priced = seen["cost"]
+    assert priced["tokenizer"] == "o200k_base" and priced["checked"] == "2026-11-01"
+    assert priced["rates"] == [{"model": "Model A", "usdPerMtok": 2.5}]  # malformed entries dropped
+    tiers = {t["key"]: t for t in priced["tiers"]}
+    assert set(tiers) == {"html", "text", "markdown", "outline", "raw"}
+    assert tiers["text"]["tokens"] == cost.count_tokens(anatomy["text"]) > 0
+    assert tiers["outline"]["tokens"] < tiers["text"]["tokens"] < tiers["html"]["tokens"]
+    assert "partial" not in priced
+
+
+def test_token_counts_match_tiktoken_reference_values():
+    assert cost.encoding().encode_ordinary("hello world") == [24912, 2375]
+    text = "The quick brown fox. " * 5000
+    assert cost.count_tokens(text) == len(cost.encoding().encode_ordinary(text))
+
+
+@pytest.mark.parametrize("path, framable, reason", [
+    ("/framable", True, None),
+    ("/csp-star", True, "Content-Security-Policy frame-ancestors *"),  # CSP overrides X-Frame-Options
+    ("/csp-none", False, "Content-Security-Policy frame-ancestors 'none'"),
+    ("/sameorigin", False, "X-Frame-Options: SAMEORIGIN"),
+])
+def test_frame_headers(web, settings, path, framable, reason):
+    seen = look(web, settings, path)
+    assert (seen["framable"], seen["frameReason"]) == (framable, reason)
+
+
+def test_frame_ancestors_naming_this_site():
+    headers = {"content-security-policy": "frame-ancestors https://*.sh 'self'"}
+    assert page.frame_policy(headers, "https://other.example/", "aadhar.sh")[0] is True
+    headers = {"content-security-policy": "frame-ancestors https://partner.example"}
+    assert page.frame_policy(headers, "https://other.example/", "aadhar.sh")[0] is False
+
+
+@pytest.mark.parametrize("path", ["/gzip-page", "/br-page", "/zstd-page", "/deflate-page"])
+def test_compressed_pages_read_the_same(web, settings, path):
+    seen = look(web, settings, path)
+    assert seen["structured"]["title"] == "Rich fixture page" and seen["anatomy"]["rawBytes"] == len(lens_web.RICH_PAGE.encode())
+
+
+def test_redirect_is_reported(web, settings):
+    seen = look(web, settings, "/to-rich")
+    assert seen["redirected"] is True and seen["finalUrl"] == web.url("/rich") and seen["url"] == web.url("/to-rich")
+
+
+@pytest.mark.parametrize("path", ["/image.png", "/binary-as-html"])
+def test_binary_is_flagged_and_not_priced(web, settings, path):
+    seen = look(web, settings, path)
+    assert seen["binary"] is True and seen["cost"] is None
+    assert seen["anatomy"]["text"] == "" and seen["anatomy"]["rawBytes"] > 0 and seen["structured"] == {}
+
+
+def test_plain_text_is_priced_without_html_tiers(web, settings):
+    seen = look(web, settings, "/plain")
+    assert seen["binary"] is False and seen["anatomy"]["wordCount"] == 5
+    assert {t["key"] for t in seen["cost"]["tiers"]} == {"text", "raw"}
+    assert "markdown" not in seen["ai"]
+
+
+@pytest.mark.parametrize("path, title", [
+    ("/invalid-utf8", "café \ufffd\ufffd broken"),
+    ("/wrong-charset", "naÃ¯ve cafÃ©"),  # the declared charset is honoured, as a browser would
+    ("/bogus-charset", "café"),            # a non-text codec name falls back to UTF-8
+    ("/meta-charset", "café"),
+])
+def test_charsets(web, settings, path, title):
+    assert look(web, settings, path)["structured"]["title"] == title
+
+
+def test_undecodable_body(web, settings):
+    seen = look(web, settings, "/bad-gzip")
+    assert seen["bodyUnreadable"] == {"reason": "undecodable-content-encoding", "encoding": "gzip"}
+    assert seen["cost"] is None and seen["anatomy"]["text"] == ""
+
+
+@pytest.mark.parametrize("path", ["/big", "/bomb/gzip", "/deep", "/jsonld-flood", "/jsonld-deep"])
+def test_hostile_pages_answer_in_bounded_time(web, settings, path):
+    started = time.monotonic()
+    seen = look(web, settings, path)
+    assert time.monotonic() - started < 5
+    assert seen["ok"] is True
+    if path in ("/big", "/jsonld-flood"):
+        assert seen["truncated"] is True and seen["anatomy"]["parseTruncated"] is True
+        assert seen["anatomy"]["parsedBytes"] == 256 * 1024 and seen["cost"]["partial"]["rawBytes"] == 2 * 1024 * 1024
+    if path == "/deep":
+        assert seen["anatomy"]["parseTruncated"] is True and seen["anatomy"]["parsedBytes"] < 40_000
+    if path == "/jsonld-flood":
+        blocks = seen["structured"]["jsonld"]
+        assert len(blocks) == page.JSONLD_BLOCKS and seen["structured"]["jsonldTotal"] > 1000
+    if path == "/jsonld-deep":
+        assert seen["structured"]["jsonld"][0]["valid"] is False
+    assert len(seen["anatomy"]["rawHtml"]) <= page.RAW_HTML_CHARS and len(seen["anatomy"]["text"]) <= page.TEXT_CHARS
+
+
+def test_bad_requests_are_400_or_502_with_sentences(web, settings):
+    with pytest.raises(ApiError) as missing:
+        inspect(None, settings)
+    assert missing.value.status == 400 and missing.value.body["parameter"] == "url"
+    with pytest.raises(ApiError) as phases:
+        inspect("https://example.com/", settings, phases="everything")
+    assert phases.value.status == 400 and phases.value.body["parameter"] == "phases"
+    with pytest.raises(ApiError) as refused:
+        inspect("http://169.254.169.254/latest/meta-data/", settings)  # the production fetcher
+    assert refused.value.status == 400 and "cloud metadata" in refused.value.body["error"]
+    assert "169.254" not in refused.value.body["error"]
+    for path, words in (("/slow", "too long"), ("/garbage", "not a valid HTTP"), ("/to-private", "private"),
+                        ("/loop-a", "loop"), ("/reset", "reset")):
+        with pytest.raises(ApiError) as failed:
+            look(web, settings, path, timeout_s=1)
+        assert failed.value.status == 502 and words in failed.value.body["error"]
+        assert failed.value.body["ok"] is False
+
+
+def test_markdown_served_pages_price_their_markdown():
+    analysed = page.analyse(b"# Title\n\nSome words.", "text/markdown", {}, "https://x.example/")
+    assert analysed.strings["markdown"].startswith("# Title")
+
+
+def test_nesting_cut_leaves_ordinary_pages_alone():
+    ordinary = "<ul>" + "<li><p>item<br><img src=x>" * 5000 + "</ul>"
+    assert page.nesting_cut(ordinary) is None
+    assert page.nesting_cut("<div>" * 3000) == 5 * page.NESTING_LIMIT

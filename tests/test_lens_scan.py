@@ -1,0 +1,295 @@
+"""The full lens scan against a loopback web of fixture sites, compare, and mode=cloudflare against a
+loopback MCP scanner."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lens_sites import DnsServer, site_fetcher, start_web, stop_web
+from siteapi import db
+from siteapi.config import load_settings
+from siteapi.lens import discovery, scan
+from siteapi.web import ApiError
+
+
+def with_lens(settings, **values):
+    lens = {**settings.section("lens"), **values}
+    return dataclasses.replace(settings, sections={**settings.sections, "lens": lens})
+
+
+@pytest.fixture(scope="module")
+def web():
+    server, thread = start_web()
+    yield server
+    stop_web(server, thread)
+
+
+@pytest.fixture(scope="module")
+def dns_server():
+    server = DnsServer(servfail=("broken.test.",))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def settings():
+    return with_lens(load_settings(), scan_timeout_s=4, probe_timeout_s=2)
+
+
+@pytest.fixture(scope="module")
+def run(web, dns_server, settings):
+    cache = {}
+
+    def go(site, **kwargs):
+        key = (site, tuple(sorted(kwargs.items())))
+        if key not in cache:
+            cache[key] = scan.scan(web.url(site), kwargs.pop("settings", settings), fetcher=site_fetcher(web),
+                                   dns=dns_server.client(), **kwargs)
+        return cache[key]
+    return go
+
+
+def test_agent_ready_site_reaches_level_5(run):
+    obs = run("ready.test")
+    ready = obs["readiness"]
+    assert ready["level"] == 5 and ready["levelName"] == "Agent-Native" and ready["overall"] >= 80
+    assert obs["phases"] == {"page": True, "discovery": True, "botViews": True, "discoveryCached": False,
+                             "subrequestCap": False, "wallCheck": "ok"}
+    d = obs["discovery"]
+    for key in ("robotsTxt", "sitemapXml", "llmsTxt", "securityTxt", "webBotAuth", "mcpServerCard", "agentSkills",
+                "apiCatalog", "openapi", "agentCard"):
+        assert d[key]["ok"], (key, d[key])
+    assert d["sitemapXml"]["entries"] == 2 and d["agentsMd"]["present"] and d["agentsMd"]["variant"] == "/agents.md"
+    assert d["dnsAid"]["found"] and any(r["answers"] for r in d["dnsAid"]["records"])
+    assert obs["wire"]["ech"]["observed"] and obs["wire"]["ech"]["recordPresent"]
+    a = obs["agent"]
+    assert a["mcp"]["verdict"] == "yes" and a["nlweb"]["verdict"] == "likely"
+    assert a["mdNegotiation"]["supported"] and a["webmcp"] == {"found": True, "kind": "inline", "marker": "navigator.modelContext"}
+    assert a["strategy"]["verdict"] == "agent-native"
+    # the site's OpenAPI declares every operation keyless: authority checks do not apply
+    assert ready["keyless"] and ready["checks"]["oauthDiscovery"]["status"] == "neutral"
+    assert ready["checks"]["authMd"]["notApplicable"] is True
+    assert {c["key"] for c in ready["field"]["components"]} == {"identifiedFetch", "sampledBots", "usableBody", "agentDoor"}
+    assert ready["field"]["overall"] == 100
+    summary = scan.summary(obs)
+    assert summary["surfaces"] == {"llms": True, "markdown": True, "mcp": True, "agentCard": True, "apiCatalog": True}
+    assert summary["doors"] == 6 and summary["tier"] == "signaled"
+
+
+def test_content_only_blog_is_not_failed_for_api_checks(run):
+    ready = run("blog.test")["readiness"]
+    for key in ("apiCatalog", "oauthDiscovery", "oauthProtectedResource", "authMd"):
+        assert ready["checks"][key]["status"] == "neutral", key
+    assert ready["level"] == 1 and ready["keyless"] is None
+    failed = [a["key"] for a in ready["nextActions"]]
+    assert "linkHeaders" in failed and "apiCatalog" not in failed and len(failed) <= 5
+    assert all(c["detail"] for c in ready["checks"].values())
+
+
+def test_spa_soft_404s_pass_nothing(run):
+    obs = run("spa.test")
+    for key in ("robotsTxt", "sitemapXml", "llmsTxt", "llmsFullTxt", "aiTxt", "securityTxt", "openapi", "agentCard",
+                "mcpServerCard", "apiCatalog", "authMd", "tdmrep"):
+        probe = obs["discovery"][key]
+        assert probe["ok"] is False and probe["status"] == 200 and probe["note"], key
+    assert obs["discovery"]["agentsMd"]["present"] is False
+    assert obs["agent"]["llmsTxt"]["present"] is False and obs["agent"]["mdNegotiation"]["supported"] is False
+    assert obs["agent"]["strategy"]["verdict"] == "human-only" and obs["readiness"]["level"] == 0
+
+
+def test_blocking_site_by_robots_and_challenge(run):
+    obs = run("blocked.test")
+    verdicts = {row["ua"]: row for row in obs["terms"]["scoreboard"]}
+    assert len(verdicts) >= 15
+    assert verdicts["GPTBot"]["verdict"] == "block" and verdicts["GPTBot"]["rule"] == "Disallow: /"
+    assert verdicts["GPTBot"]["matchedUa"] == "GPTBot" and verdicts["Googlebot"]["verdict"] == "allow"
+    assert obs["terms"]["enforcement"] == {"status": 403, "challenged": True, "blocked": True}
+    assert obs["terms"]["spectrum"]["tier"] == "enforced"
+    views = {v["key"]: v for v in obs["botViews"]}
+    assert len(views) == 10 and {v["role"] for v in views.values()} == {"control", "search", "train", "answers"}
+    assert views["gptbot"]["blocked"] and views["gptbot"]["challenge"] and views["gptbot"]["status"] == 403
+    # the CSP names the vendor; that alone is not a challenge
+    assert views["chrome"]["blocked"] is False and views["chrome"]["challenge"] is False
+    assert views["gptbot"]["wall"]["p"] > 0.8 > views["chrome"]["wall"]["p"]
+    assert views["gptbot"]["wall"]["model"].startswith("minilm")
+    assert obs["readiness"]["field"]["components"][1]["score"] == 50
+
+
+def test_pay_per_crawl_site(run):
+    terms = run("paid.test")["terms"]
+    assert terms["paid"]["http402"] and terms["paid"]["crawlerHeaders"] == {"crawler-price": "USD 0.01"}
+    assert json.loads(terms["paid"]["x402"])["x402Version"] == 1
+    assert terms["spectrum"]["tier"] == "paid"
+
+
+def test_robots_503_leaves_every_verdict_unknown(run):
+    obs = run("robots503.test")
+    assert obs["terms"]["robotsUnknown"] and "503" in obs["terms"]["robotsError"]
+    assert {row["verdict"] for row in obs["terms"]["scoreboard"]} == {"unknown"}
+    assert obs["readiness"]["checks"]["robotsTxt"]["status"] == "unknown"
+    assert scan.summary(obs)["tier"] == "unknown"
+
+
+def test_content_signal_and_tdmrep(run):
+    terms = run("signals.test")["terms"]
+    assert terms["signals"] == [{"agents": ["*"], "raw": "Content-Signal: search=yes, ai-train=no",
+                                 "parsed": {"search": "yes", "ai-train": "no"}}]
+    assert terms["tdmrep"]["present"] and terms["tdmrep"]["reserved"] is True and terms["tdmrep"]["rules"] == 1
+    assert terms["spectrum"]["tier"] == "signaled"
+    assert any("TDMRep" in r for r in terms["spectrum"]["reasons"])
+
+
+def test_hanging_probes_do_not_outlast_the_deadline(web, dns_server, settings):
+    fast = with_lens(settings, scan_timeout_s=1.5, probe_timeout_s=5)
+    started = time.monotonic()
+    obs = scan.scan(web.url("hang.test"), fast, fetcher=site_fetcher(web), dns=dns_server.client(), bot_views=False)
+    assert time.monotonic() - started < 3.0
+    assert obs["ok"] and obs["discovery"]["robotsTxt"]["ok"] is False and "error" in obs["discovery"]["robotsTxt"]
+    assert obs["agent"]["mcp"]["verdict"] == "unknown"
+    assert obs["readiness"]["checks"]["robotsTxt"]["status"] == "unknown"
+
+
+def test_huge_binary_robots_and_sitemap_bomb(run):
+    big = run("bigrobots.test", bot_views=False)
+    assert big["discovery"]["robotsTxt"]["truncated"] and big["terms"]["robotsPresent"]
+    assert {r["verdict"] for r in big["terms"]["scoreboard"]} == {"allow"}
+    binary = run("binrobots.test", bot_views=False)
+    assert binary["terms"]["robotsUnknown"] and binary["discovery"]["robotsTxt"]["ok"] is False
+    bomb = run("bomb.test", bot_views=False)
+    assert bomb["discovery"]["sitemapXml"]["truncated"] and bomb["phases"]["discovery"]
+
+
+def test_malformed_cards_and_openapi(run):
+    obs = run("malformed.test", bot_views=False)
+    a = obs["agent"]
+    assert a["agentCard"]["present"] is False and "JSON" in a["agentCard"]["note"]
+    assert a["openapi"]["present"] is False and a["apiCatalog"]["present"] is False
+    assert obs["discovery"]["mcpServerCard"]["ok"] is False and obs["readiness"]["keyless"] is None
+
+
+def test_dns_failures_are_reported_not_raised(web, settings):
+    failing = DnsServer(servfail=(".",))
+    try:
+        obs = scan.scan(web.url("blog.test"), settings, fetcher=site_fetcher(web), dns=failing.client(), bot_views=False)
+    finally:
+        failing.stop()
+    assert obs["discovery"]["dnsAid"]["ok"] is False and obs["discovery"]["dnsAid"]["error"]
+    assert obs["wire"]["ech"]["observed"] is False and obs["wire"]["ech"]["error"]
+    assert obs["readiness"]["checks"]["dnsAid"]["status"] == "unknown"
+
+
+def test_subrequest_cap_cuts_probes(web, dns_server, settings):
+    obs = scan.scan(web.url("ready.test"), with_lens(settings, subrequest_cap=6), fetcher=site_fetcher(web),
+                    dns=dns_server.client())
+    assert obs["phases"]["subrequestCap"] is True
+    assert any("cap" in (p.get("error") or "") for p in obs["discovery"].values() if isinstance(p, dict))
+
+
+def test_discovery_cache_answers_the_second_scan(web, dns_server, settings, tmp_path):
+    conn = db.connect(tmp_path / "site.db")
+    conn.executescript(discovery.SCHEMA)
+    first = scan.scan(web.url("ready.test"), settings, fetcher=site_fetcher(web), dns=dns_server.client(),
+                      bot_views=False, conn=conn)
+    before = web.requests
+    second = scan.scan(web.url("ready.test"), settings, fetcher=site_fetcher(web), dns=dns_server.client(),
+                       bot_views=False, conn=conn)
+    assert not first["phases"]["discoveryCached"] and second["phases"]["discoveryCached"]
+    assert web.requests - before == 2  # the page and the markdown check
+    assert second["readiness"]["level"] == first["readiness"]["level"] == 5
+
+
+def test_bad_input_answers_400(settings, web):
+    with pytest.raises(ApiError) as missing:
+        scan.scan("  ", settings, fetcher=site_fetcher(web))
+    assert missing.value.status == 400 and missing.value.body["parameter"] == "url"
+    with pytest.raises(ApiError) as refused:
+        scan.scan("http://10.0.0.1/", settings)
+    assert refused.value.status == 400 and "private" in refused.value.body["error"]
+    with pytest.raises(ApiError) as unknown_host:
+        scan.scan(web.url("nowhere.test"), settings, fetcher=site_fetcher(web))
+    assert unknown_host.value.status == 502
+
+
+def test_compare_reports_changes_and_names_the_side(web, dns_server, settings):
+    result = scan.compare(web.url("blog.test"), web.url("ready.test"), settings, fetcher=site_fetcher(web),
+                          dns=dns_server.client())
+    fields = {c["field"]: c for c in result["changes"]}
+    assert fields["level"]["before"] == 1 and fields["level"]["after"] == 5
+    assert fields["surfaces.mcp"] == {"field": "surfaces.mcp", "label": "MCP server", "before": False, "after": True}
+    assert result["left"]["phases"]["botViews"] is False and result["ok"]
+    with pytest.raises(ApiError) as missing:
+        scan.compare(web.url("blog.test"), "", settings, fetcher=site_fetcher(web))
+    assert missing.value.status == 400 and missing.value.body["parameter"] == "right"
+    with pytest.raises(ApiError) as refused:
+        scan.compare("http://127.0.0.1:22/", web.url("blog.test"), settings)
+    assert refused.value.status == 400 and "left" in refused.value.body["error"]
+
+
+# --- mode=cloudflare against a loopback MCP scanner ------------------------------------------------
+
+class Scanner(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.calls.append(message["method"])
+        if message["method"] == "initialize":
+            result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "scanner"}}
+            body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+            self.reply(body, "application/json", {"Mcp-Session-Id": "s1"})
+        elif message["method"] == "tools/call" and self.headers.get("Mcp-Session-Id") == "s1":
+            assert message["params"] == {"name": "scan_site", "arguments": {"url": message["params"]["arguments"]["url"], "profile": "all"}}
+            text = "## Results\nLevel 3/5 — Agent-Readable\n18 checks"
+            body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"content": [{"type": "text", "text": text}]}})
+            self.reply(f"event: message\ndata: {body}\n\n", "text/event-stream")
+        else:
+            self.reply(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": {"code": -32600, "message": "no"}}),
+                       "application/json", status=400)
+
+    def reply(self, body: str, content_type: str, headers: dict | None = None, status: int = 200):
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def scanner():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Scanner)
+    server.calls = []
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_cloudflare_mode_reads_the_scanner_and_caches(scanner, settings, tmp_path):
+    conn = db.connect(tmp_path / "site.db")
+    conn.executescript(scan.SCHEMA)
+    conf = with_lens(settings, cloudflare_scanner_url=f"http://127.0.0.1:{scanner.server_address[1]}/mcp")
+    first = scan.cloudflare_mode("example.com", conf, conn)
+    assert first == {"ok": True, "available": True, "level": 3, "score": 60, "levelName": "Agent-Readable",
+                     "source": scan.SCANNER_SOURCE, "sourceUrl": first["sourceUrl"], "fromCache": False}
+    assert "example.com" in first["sourceUrl"] and scanner.calls == ["initialize", "tools/call"]
+    second = scan.cloudflare_mode("https://example.com/", conf, conn)
+    assert second["fromCache"] and second["level"] == 3 and len(scanner.calls) == 2
+
+
+def test_cloudflare_mode_scanner_down_is_unavailable(settings):
+    down = with_lens(settings, cloudflare_scanner_url="http://127.0.0.1:9/mcp", cloudflare_timeout_s=1)
+    result = scan.cloudflare_mode("example.com", down, None)
+    assert result["ok"] and result["available"] is False and result["error"] and result["level"] is None
+    with pytest.raises(ApiError) as refused:
+        scan.cloudflare_mode("http://192.168.1.1/", down, None)
+    assert refused.value.status == 400

@@ -1,0 +1,90 @@
+"""Representation snapshots: capture as several profiles, read back, compare after a change,
+and refuse bad input, against the loopback web and a real SQLite file."""
+from __future__ import annotations
+
+import pytest
+
+import lens_web
+from siteapi import db
+from siteapi.lens import vault
+from siteapi.web import ApiError
+
+
+@pytest.fixture(scope="module")
+def web():
+    server, thread = lens_web.start()
+    yield server
+    lens_web.stop(server, thread)
+
+
+@pytest.fixture()
+def conn(tmp_path):
+    connection = db.connect(tmp_path / "site.db")
+    connection.isolation_level = None
+    connection.executescript(vault.SCHEMA)
+    yield connection
+    connection.close()
+
+
+def test_capture_default_profiles_one_row_each(web, conn):
+    fetcher = lens_web.loopback_fetcher(web)
+    out = vault.capture(conn, web.url("/negotiate"), fetcher=fetcher)
+    assert out["ok"] and [s["profile"] for s in out["snapshots"]] == ["browser", "markdown", "identity"]
+    assert conn.execute("SELECT count(*) FROM representation_snapshots").fetchone()[0] == 3
+    by_profile = {s["profile"]: s for s in out["snapshots"]}
+    assert by_profile["markdown"]["content_type"].startswith("text/markdown")
+    assert by_profile["browser"]["content_type"].startswith("text/html")
+    assert by_profile["browser"]["title"] == "Negotiated" and by_profile["browser"]["word_count"] == 3
+    assert by_profile["markdown"]["body_hash"] != by_profile["browser"]["body_hash"]
+    assert by_profile["browser"]["vary"] == "Accept" and by_profile["browser"]["status"] == 200
+    sent = {h.get("Accept-Encoding") for _, h in web.seen[-3:]}
+    assert "identity" in sent
+    uas = {h.get("User-Agent") for _, h in web.seen[-3:]}
+    assert any("Chrome" in ua for ua in uas) and any(ua.startswith("AadharshBot") for ua in uas)
+
+
+def test_read_returns_the_stored_row(web, conn):
+    out = vault.capture(conn, web.url("/rich"), profiles="bot", fetcher=lens_web.loopback_fetcher(web))
+    snapshot_id = out["snapshots"][0]["id"]
+    row = vault.read(conn, str(snapshot_id))["snapshot"]
+    assert row["id"] == snapshot_id and row["profile"] == "bot" and row["title"] == "Rich fixture page"
+    assert row["body_hash"].startswith("sha256:") and row["body_bytes"] == len(lens_web.RICH_PAGE.encode())
+    assert row["truncated"] == 0 and row["error"] is None
+
+
+def test_compare_refetches_the_same_profile_and_lists_changes(web, conn):
+    fetcher = lens_web.loopback_fetcher(web)
+    first = vault.capture(conn, web.url("/changing"), profiles=["identity"], fetcher=fetcher)["snapshots"][0]
+    diff = vault.compare(conn, first["id"], fetcher=fetcher)
+    assert diff["before"]["id"] == first["id"] and diff["after"]["id"] != first["id"]
+    assert diff["after"]["profile"] == "identity" and diff["changed"] is True
+    changed = {c["field"] for c in diff["changes"]}
+    assert {"etag", "body_hash", "title", "word_count", "body_bytes"} <= changed
+    assert "status" not in changed
+    assert conn.execute("SELECT count(*) FROM representation_snapshots").fetchone()[0] == 2
+
+
+def test_a_failing_profile_is_stored_with_its_error(web, conn):
+    out = vault.capture(conn, web.url("/reset"), profiles=["bot"], fetcher=lens_web.loopback_fetcher(web))
+    row = out["snapshots"][0]
+    assert row["status"] is None and "reset" in row["error"]
+
+
+def test_bad_input(web, conn):
+    fetcher = lens_web.loopback_fetcher(web)
+    cases = [
+        (lambda: vault.capture(conn, web.url("/rich"), profiles=["browser", "spider"], fetcher=fetcher), 400, "spider"),
+        (lambda: vault.capture(conn, web.url("/rich"), profiles=[1, 2], fetcher=fetcher), 400, "list of profile"),
+        (lambda: vault.capture(conn, "", fetcher=fetcher), 400, "url"),
+        (lambda: vault.capture(conn, "http://10.0.0.1/", fetcher=fetcher), 400, "private"),
+        (lambda: vault.read(conn, "abc"), 400, "whole number"),
+        (lambda: vault.read(conn, 999), 404, "999"),
+        (lambda: vault.compare(conn, 999, fetcher=fetcher), 404, "999"),
+    ]
+    for call, status, words in cases:
+        with pytest.raises(ApiError) as err:
+            call()
+        assert err.value.status == status and words in err.value.body["error"]
+    assert conn.execute("SELECT count(*) FROM representation_snapshots").fetchone()[0] == 0
+    assert vault.parse_profiles("bot, markdown,bot") == ["bot", "markdown"]
+    assert len(vault.parse_profiles(["browser", "bot", "markdown", "identity"])) == 4

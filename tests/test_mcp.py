@@ -1,0 +1,354 @@
+"""POST /mcp and the server cards over raw HTTP: both protocol eras, every malformed-input case,
+tools derived from the OpenAPI document, shared rate budgets and the snapshot tools."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import lens_web
+import pytest
+import requests
+from jsonschema import Draft202012Validator
+
+from app import make_app
+from servers import serve_wsgi
+from siteapi import openapi
+from siteapi.config import RatePolicy
+
+MODERN = "2026-07-28"
+
+
+def call(api, message, headers=None, raw=None):
+    return api.request("POST", "/mcp", data=raw if raw is not None else json.dumps(message),
+                       headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                                **(headers or {})})
+
+
+def request(method, params=None, msg_id=1):
+    return {"jsonrpc": "2.0", "id": msg_id, "method": method, **({"params": params} if params is not None else {})}
+
+
+def modern(api, method, params=None, headers=None):
+    params = {**(params or {}), "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                                          "io.modelcontextprotocol/clientCapabilities": {}}}
+    sent = {"MCP-Protocol-Version": MODERN, "Mcp-Method": method}
+    if method == "tools/call":
+        sent["Mcp-Name"] = params["name"]
+    return call(api, request(method, params), {**sent, **(headers or {})})
+
+
+def error_code(response):
+    return response.json()["error"]["code"]
+
+
+def tools_by_name(api, version="2025-06-18"):
+    answer = call(api, request("tools/list"), {"MCP-Protocol-Version": version}).json()
+    return {tool["name"]: tool for tool in answer["result"]["tools"]}
+
+
+def tool_call(api, name, arguments, version="2025-06-18"):
+    response = call(api, request("tools/call", {"name": name, "arguments": arguments}),
+                    {"MCP-Protocol-Version": version})
+    return response
+
+
+# -- handshake era ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("asked, offered", [("2024-11-05", "2024-11-05"), ("2025-03-26", "2025-03-26"),
+                                            ("2025-06-18", "2025-06-18"), ("2025-11-25", "2025-11-25"),
+                                            ("2023-01-01", "2025-11-25"), (None, "2025-11-25")])
+def test_initialize_echoes_a_supported_version_else_offers_the_newest(api, asked, offered):
+    response = call(api, request("initialize", {"protocolVersion": asked, "capabilities": {},
+                                                "clientInfo": {"name": "t", "version": "1"}}))
+    assert response.status_code == 200
+    result = response.json()["result"]
+    assert result["protocolVersion"] == offered
+    assert result["capabilities"]["tools"] == {"listChanged": False}
+    assert result["serverInfo"]["name"] and result["serverInfo"]["version"]
+    assert "Mcp-Session-Id" not in response.headers
+    assert response.headers["Cache-Control"] == "no-store"
+
+
+def test_notifications_get_202_without_a_body_and_ping_answers_empty(api):
+    response = call(api, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert response.status_code == 202 and response.content == b""
+    assert call(api, request("ping")).json() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+
+
+def test_tools_list_mirrors_the_openapi_operations(api, site_settings):
+    tools = tools_by_name(api)
+    doc = openapi.document(site_settings)
+    declared = set()
+    for _, _, op in openapi.operations(doc):
+        specs = op.get("x-mcp") or []
+        declared |= {spec["tool"] for spec in (specs if isinstance(specs, list) else [specs])}
+    assert {"search_site", "resume", "representation_capture", "representation_read",
+            "representation_compare"} <= set(tools)
+    assert declared <= set(tools)
+    for tool in tools.values():
+        assert tool["title"] and tool["description"]
+        assert tool["inputSchema"]["type"] == "object" and tool["outputSchema"]["type"] == "object"
+        assert "$ref" not in json.dumps(tool["outputSchema"]) + json.dumps(tool["inputSchema"])
+        Draft202012Validator.check_schema(tool["outputSchema"])
+        assert set(tool["annotations"]) >= {"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
+        assert tool["annotations"]["destructiveHint"] is False
+    search = tools["search_site"]["inputSchema"]
+    assert search["required"] == ["q"] and search["additionalProperties"] is False
+    assert search["properties"]["q"]["maxLength"] == 160
+    assert search["properties"]["limit"] == {**search["properties"]["limit"], "type": "integer", "minimum": 1,
+                                             "maximum": 50, "default": 20}
+    assert tools["search_site"]["annotations"]["readOnlyHint"] is True
+    assert tools["representation_capture"]["annotations"]["readOnlyHint"] is False
+    assert tools["representation_capture"]["annotations"]["idempotentHint"] is False
+    assert "snapshot row" in tools["representation_capture"]["description"]
+    assert "snapshot row" in tools["representation_compare"]["description"]
+    if "lens_page" in tools:
+        assert "phases" not in tools["lens_page"]["inputSchema"]["properties"]
+        assert tools["lens_page"]["annotations"]["openWorldHint"] is True
+
+
+def test_older_versions_get_the_fields_they_know(api):
+    old = tools_by_name(api, "2024-11-05")["search_site"]
+    assert "outputSchema" not in old and "annotations" not in old and "title" not in old
+    assert "annotations" in tools_by_name(api, "2025-03-26")["search_site"]
+    legacy = tool_call(api, "search_site", {"q": "carburetor"}, "2025-03-26").json()["result"]
+    assert "structuredContent" not in legacy and json.loads(legacy["content"][0]["text"])["results"]
+
+
+def test_a_tool_call_answers_what_the_endpoint_answers(api):
+    tools = tools_by_name(api)
+    result = tool_call(api, "search_site", {"q": "carburetor", "limit": 3}).json()["result"]
+    assert result["isError"] is False
+    assert result["structuredContent"] == api.get("/search.json?q=carburetor&limit=3").json()
+    assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
+    Draft202012Validator(tools["search_site"]["outputSchema"]).validate(result["structuredContent"])
+    resume = tool_call(api, "resume", {}).json()["result"]
+    assert resume["structuredContent"]["basics"]
+
+
+def test_a_failing_endpoint_is_a_tool_error_with_its_sentence(api):
+    result = tool_call(api, "search_site", {"q": "   "}).json()["result"]
+    assert result["isError"] is True and "structuredContent" not in result
+    assert result["content"][0]["text"] == api.get("/search.json?q=%20%20%20").json()["error"]
+
+
+@pytest.mark.parametrize("params, fragment", [
+    ({"name": "no_such_tool", "arguments": {}}, "Unknown tool"),
+    ({"arguments": {}}, "params.name"),
+    ({"name": "search_site", "arguments": {"q": "x", "colour": "red"}}, "colour"),
+    ({"name": "search_site", "arguments": {}}, "'q' is a required property"),
+    ({"name": "search_site", "arguments": {"q": "x", "limit": "ten"}}, "limit"),
+    ({"name": "search_site", "arguments": {"q": "x" * 161}}, "too long"),
+    ({"name": "search_site", "arguments": {"q": "x" * 100_000}}, "longer than"),
+    ({"name": "search_site", "arguments": ["q"]}, "must be an object"),
+])
+def test_bad_tool_calls_are_invalid_params(api, params, fragment):
+    response = call(api, request("tools/call", params))
+    assert response.status_code == 200
+    assert error_code(response) == -32602
+    assert fragment in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("raw, code, status", [
+    ("{not json", -32700, 400),
+    ("", -32700, 400),
+    ('"just a string"', -32600, 400),
+    ('{"jsonrpc": "2.0", "id": 1}', -32600, 400),
+    ('{"jsonrpc": "1.0", "id": 1, "method": "ping"}', -32600, 400),
+    ('{"jsonrpc": "2.0", "id": true, "method": "ping"}', -32600, 400),
+    ('{"jsonrpc": "2.0", "id": 1.5, "method": "ping"}', -32600, 400),
+    ('{"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}', -32600, 400),
+    ('{"jsonrpc": "2.0", "id": 1, "method": 7}', -32600, 400),
+    ('{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": "x"}', -32600, 400),
+    ('{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": [1]}', -32602, 200),
+    ('{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"cursor": "abc"}}', -32602, 200),
+    ('{"jsonrpc": "2.0", "id": 1, "method": "resources/list"}', -32601, 200),
+    ('{"jsonrpc": "2.0", "id": 1, "method": "' + "x" * 50_000 + '"}', -32601, 200),
+])
+def test_malformed_messages_get_the_right_json_rpc_error(api, raw, code, status):
+    response = call(api, None, raw=raw.encode())
+    assert response.status_code == status
+    assert response.json()["jsonrpc"] == "2.0" and error_code(response) == code
+    assert len(response.json()["error"]["message"]) < 400
+
+
+def test_batches_are_answered_in_order_and_capped(api):
+    batch = [request("ping", msg_id=1), {"jsonrpc": "2.0", "method": "notifications/initialized"},
+             request("tools/list", msg_id="two"), {"bad": True}]
+    answers = call(api, batch).json()
+    assert [a.get("id") for a in answers] == [1, "two", None]
+    assert "tools" in answers[1]["result"] and answers[2]["error"]["code"] == -32600
+    assert call(api, [{"jsonrpc": "2.0", "method": "notifications/initialized"}]).status_code == 202
+    assert error_code(call(api, [])) == -32600
+    too_many = call(api, [request("ping", msg_id=i) for i in range(17)])
+    assert too_many.status_code == 413 and error_code(too_many) == -32600
+    assert call(api, [request("ping", msg_id=i) for i in range(16)]).status_code == 200
+
+
+def test_a_body_over_one_megabyte_is_413(api):
+    response = call(api, None, raw=json.dumps(request("ping", {"pad": "x" * (1 << 20)})).encode())
+    assert response.status_code == 413 and error_code(response) == -32600
+
+
+def test_get_and_delete_are_405_and_options_is_a_preflight(api):
+    for method in ("GET", "DELETE", "PUT", "HEAD"):
+        response = api.request(method, "/mcp")
+        assert response.status_code == 405
+        assert "POST" in response.headers["Allow"]
+    preflight = api.request("OPTIONS", "/mcp", headers={"Origin": "https://example.com",
+                                                        "Access-Control-Request-Method": "POST"})
+    assert preflight.status_code == 204
+    assert "POST" in preflight.headers["Access-Control-Allow-Methods"]
+    assert preflight.headers["Access-Control-Allow-Origin"] == "*"
+
+
+@pytest.mark.parametrize("origin, status", [
+    ("https://example.com", 200), ("http://localhost:6274", 200), ("http://[::1]:8080", 200),
+    ("null", 403), ("example.com", 403), ("https://example.com/path", 403), ("file://x", 403), ("", 403),
+])
+def test_origin_is_checked(api, origin, status):
+    response = call(api, request("ping"), {"Origin": origin})
+    assert response.status_code == status
+    if status == 403:
+        assert error_code(response) == -32600
+
+
+@pytest.mark.parametrize("version", ["1999-01-01", "latest", "2026-07-28x"])
+def test_an_unsupported_protocol_version_header_is_400(api, version):
+    response = call(api, request("tools/list"), {"MCP-Protocol-Version": version})
+    assert response.status_code == 400 and error_code(response) == -32022
+    assert "2026-07-28" in response.json()["error"]["data"]["supported"]
+
+
+# -- 2026-07-28 ------------------------------------------------------------------------------------
+def test_discover_and_modern_results(api):
+    discover = modern(api, "server/discover")
+    assert discover.status_code == 200
+    result = discover.json()["result"]
+    assert MODERN in result["supportedVersions"] and "2024-11-05" in result["supportedVersions"]
+    assert result["resultType"] == "complete" and result["capabilities"]["tools"] is not None
+    assert result["ttlMs"] > 0 and result["cacheScope"] in ("public", "private")
+    listing = modern(api, "tools/list").json()["result"]
+    assert listing["resultType"] == "complete" and listing["ttlMs"] > 0 and listing["cacheScope"] == "public"
+    tools = {t["name"]: t for t in listing["tools"]}
+    called = modern(api, "tools/call", {"name": "search_site", "arguments": {"q": "carburetor"}}).json()["result"]
+    assert called["resultType"] == "complete" and called["isError"] is False
+    Draft202012Validator(tools["search_site"]["outputSchema"]).validate(called["structuredContent"])
+
+
+def test_modern_errors_map_to_http_statuses(api):
+    unknown = modern(api, "resources/list")
+    assert unknown.status_code == 404 and error_code(unknown) == -32601
+    assert modern(api, "ping").status_code == 404  # removed in 2026-07-28
+    assert modern(api, "initialize").status_code == 404
+    no_meta = call(api, request("tools/list", {}), {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"})
+    assert no_meta.status_code == 400 and error_code(no_meta) == -32602
+    wrong_method = modern(api, "tools/list", headers={"Mcp-Method": "tools/call"})
+    assert wrong_method.status_code == 400 and error_code(wrong_method) == -32020
+    wrong_name = modern(api, "tools/call", {"name": "search_site", "arguments": {"q": "x"}},
+                        headers={"Mcp-Name": "resume"})
+    assert wrong_name.status_code == 400 and error_code(wrong_name) == -32020
+    bad_args = modern(api, "tools/call", {"name": "search_site", "arguments": {}})
+    assert bad_args.status_code == 400 and error_code(bad_args) == -32602
+    batch = call(api, [request("ping")], {"MCP-Protocol-Version": MODERN})
+    assert batch.status_code == 400 and error_code(batch) == -32600
+
+
+def test_a_meta_version_without_headers_is_modern_and_must_carry_them(api):
+    params = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2099-01-01",
+                        "io.modelcontextprotocol/clientCapabilities": {}}}
+    response = call(api, request("server/discover", params))
+    assert response.status_code == 400 and error_code(response) == -32020
+
+
+# -- server cards ----------------------------------------------------------------------------------
+def test_the_draft_server_card_has_cors_caching_and_an_etag(api, site_settings):
+    card = api.get("/mcp/server-card")
+    assert card.status_code == 200
+    assert card.headers["Content-Type"].startswith("application/mcp-server-card+json")
+    assert card.headers["Access-Control-Allow-Origin"] == "*"
+    assert card.headers["Cache-Control"] == "public, max-age=3600"
+    body = card.json()
+    assert body["remotes"][0] == {"type": "streamable-http", "url": site_settings.url("/mcp"),
+                                  "supportedProtocolVersions": ["2024-11-05", "2025-03-26", "2025-06-18",
+                                                                "2025-11-25", MODERN]}
+    assert "/" in body["name"] and len(body["description"]) <= 100 and "tools" not in body
+    again = api.get("/mcp/server-card", headers={"If-None-Match": card.headers["ETag"]})
+    assert again.status_code == 304 and again.content == b"" and again.headers["ETag"] == card.headers["ETag"]
+    assert api.get("/mcp/server-card", headers={"If-None-Match": '"other"'}).status_code == 200
+
+
+def test_the_scanner_card_lists_the_same_tools(api, site_settings):
+    card = api.get("/.well-known/mcp/server-card.json").json()
+    assert card["transport"] == {"type": "streamable-http", "url": site_settings.url("/mcp")}
+    assert card["authentication"] == {"required": False} and card["capabilities"]["tools"] is True
+    assert [t["name"] for t in card["tools"]] == list(tools_by_name(api))
+
+
+def test_openapi_describes_the_mcp_paths(api):
+    doc = api.get("/openapi.json").json()
+    assert {"/mcp", "/mcp/server-card", "/.well-known/mcp/server-card.json"} <= set(doc["paths"])
+    assert doc["paths"]["/mcp"]["post"]["security"] == []
+
+
+# -- shared budgets and the snapshot tools (an app whose lens reaches a loopback web) -------------
+@pytest.fixture(scope="module")
+def lens_api(site_settings, checker):
+    from conftest import Client
+
+    web, thread = lens_web.start()
+    rates = {**site_settings.rates, "inspect": RatePolicy("inspect", 3, 60),
+             "representation_capture": RatePolicy("representation_capture", 2, 60)}
+    settings = dataclasses.replace(site_settings, rates=rates)
+    try:
+        with serve_wsgi(make_app(settings, fetcher=lens_web.loopback_fetcher(web)).wsgi) as base:
+            yield Client(base, checker), web
+    finally:
+        lens_web.stop(web, thread)
+
+
+def test_lens_tools_share_the_inspect_budget_with_the_endpoint(lens_api):
+    api, web = lens_api
+    tools = tools_by_name(api)
+    if "lens_page" not in tools:
+        pytest.skip("/lens/fetch is not in openapi.yaml yet")
+    page = tool_call(api, "lens_page", {"url": web.url("/rich")}).json()["result"]
+    assert page["isError"] is False, page
+    Draft202012Validator(tools["lens_page"]["outputSchema"]).validate(page["structuredContent"])
+    assert page["structuredContent"]["finalUrl"] == web.url("/rich")
+    assert api.get("/lens/fetch", params={"url": web.url("/rich")}).status_code == 200
+    refused = tool_call(api, "lens_inspect", {"url": "http://10.0.0.1/"}).json()["result"]
+    assert refused["isError"] is True and "public internet addresses" in refused["content"][0]["text"]
+    over = tool_call(api, "lens_inspect", {"url": web.url("/rich")}).json()["result"]
+    assert over["isError"] is True
+    assert "inspect budget is 3 per 60 seconds" in over["content"][0]["text"] and "retry in" in over["content"][0]["text"]
+    assert api.get("/lens/fetch", params={"url": web.url("/rich")}).status_code == 429
+
+
+def test_snapshot_tools_store_read_compare_and_have_their_own_budget(lens_api):
+    api, web = lens_api
+    tools = tools_by_name(api)
+    captured = tool_call(api, "representation_capture", {"url": web.url("/rich"), "profiles": ["browser", "bot"]})
+    result = captured.json()["result"]
+    assert result["isError"] is False, result
+    Draft202012Validator(tools["representation_capture"]["outputSchema"]).validate(result["structuredContent"])
+    snapshots = result["structuredContent"]["snapshots"]
+    assert [s["profile"] for s in snapshots] == ["browser", "bot"] and snapshots[0]["status"] == 200
+    snapshot_id = snapshots[0]["id"]
+
+    read = tool_call(api, "representation_read", {"snapshot_id": snapshot_id}).json()["result"]
+    assert read["structuredContent"]["snapshot"]["id"] == snapshot_id
+    Draft202012Validator(tools["representation_read"]["outputSchema"]).validate(read["structuredContent"])
+    compared = tool_call(api, "representation_compare", {"snapshot_id": snapshot_id}).json()["result"]
+    assert compared["isError"] is False
+    Draft202012Validator(tools["representation_compare"]["outputSchema"]).validate(compared["structuredContent"])
+    assert compared["structuredContent"]["after"]["id"] > snapshot_id
+
+    missing = tool_call(api, "representation_read", {"snapshot_id": 10 ** 9}).json()["result"]
+    assert missing["isError"] is True and "capture one first" in missing["content"][0]["text"]
+    assert error_code(tool_call(api, "representation_read", {"snapshot_id": "one"})) == -32602
+    assert error_code(tool_call(api, "representation_capture", {"url": "x", "profiles": ["robot"]})) == -32602
+    refused = tool_call(api, "representation_capture", {"url": "http://169.254.169.254/"}).json()["result"]
+    assert refused["isError"] is True  # the second capture of the budget of 2
+    over = tool_call(api, "representation_capture", {"url": web.url("/rich")}).json()["result"]
+    assert over["isError"] is True and "representation_capture budget is 2" in over["content"][0]["text"]
+    assert "retry in" in over["content"][0]["text"]

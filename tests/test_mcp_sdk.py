@@ -1,0 +1,104 @@
+"""The official MCP Python SDK client against the live server, in `legacy` mode (initialize
+handshake) and in `auto` mode (server/discover, 2026-07-28): list the tools, call every one, and
+check each structuredContent against its outputSchema. Plus the MCP Inspector CLI when npx is here."""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+
+import lens_web
+import pytest
+from jsonschema import Draft202012Validator
+
+from app import make_app
+from servers import serve_wsgi
+
+mcp = pytest.importorskip("mcp")
+
+
+@pytest.fixture(scope="module")
+def mcp_site(site_settings):
+    web, thread = lens_web.start()
+    try:
+        with serve_wsgi(make_app(site_settings, fetcher=lens_web.loopback_fetcher(web)).wsgi) as base:
+            yield base, web
+    finally:
+        lens_web.stop(web, thread)
+
+
+def sample_arguments(name: str, schema: dict, web, snapshot_id: int | None) -> dict:
+    known = {"q": "carburetor", "query": "how did she fix the carburetors", "url": web.url("/rich"),
+             "left": web.url("/rich"), "right": web.url("/rich"), "snapshot_id": snapshot_id}
+    if name == "photo_query":
+        return {"limit": 2}
+    return {key: known.get(key, "test") for key in schema.get("required", [])}
+
+
+async def exercise(base: str, web, mode: str) -> tuple[str, dict[str, dict]]:
+    outcomes: dict[str, dict] = {}
+    async with mcp.Client(base + "/mcp", mode=mode, read_timeout_seconds=30) as client:
+        version = client.protocol_version
+        tools = (await client.list_tools()).tools
+        order = sorted(tools, key=lambda t: t.name != "representation_capture")  # capture first: it makes an id
+        snapshot_id = None
+        for tool in order:
+            arguments = sample_arguments(tool.name, tool.input_schema, web, snapshot_id)
+            result = await client.call_tool(tool.name, arguments)
+            text = result.content[0].text if result.content else ""
+            outcomes[tool.name] = {"error": result.is_error, "structured": result.structured_content, "text": text,
+                                   "output_schema": tool.output_schema, "annotations": tool.annotations}
+            if tool.name == "representation_capture" and not result.is_error:
+                snapshot_id = result.structured_content["snapshots"][0]["id"]
+    return version, outcomes
+
+
+@pytest.mark.parametrize("mode, expected_version", [("legacy", "2025-11-25"), ("auto", "2026-07-28")])
+def test_the_sdk_client_lists_and_calls_every_tool(mcp_site, mode, expected_version):
+    base, web = mcp_site
+    version, outcomes = asyncio.run(exercise(base, web, mode))
+    assert version == expected_version
+    assert {"search_site", "resume", "representation_capture", "representation_read",
+            "representation_compare"} <= set(outcomes)
+    for name, outcome in outcomes.items():
+        assert outcome["annotations"] is not None, name
+        if outcome["error"]:
+            assert outcome["text"] and outcome["structured"] is None, name  # the endpoint's sentence
+            continue
+        Draft202012Validator(outcome["output_schema"]).validate(outcome["structured"])
+        assert json.loads(outcome["text"]) == outcome["structured"], name
+    must_succeed = {"search_site", "ask", "resume", "photo_manifest", "photo_query", "lens_inspect", "lens_page",
+                    "representation_capture", "representation_read", "representation_compare"}
+    failed = {n for n in must_succeed & set(outcomes) if outcomes[n]["error"]}
+    assert not failed, {n: outcomes[n]["text"] for n in failed}
+
+
+def test_the_sdk_reports_an_unknown_tool_as_an_error(mcp_site):
+    base, _ = mcp_site
+
+    async def unknown():
+        async with mcp.Client(base + "/mcp", mode="legacy") as client:
+            with pytest.raises(mcp.MCPError) as raised:
+                await client.call_tool("no_such_tool", {})
+            return raised.value
+
+    error = asyncio.run(unknown())
+    assert error.error.code == -32602 and "Unknown tool" in error.error.message
+
+
+@pytest.mark.skipif(shutil.which("npx") is None, reason="npx is not installed")
+def test_the_mcp_inspector_cli_lists_the_tools(mcp_site):
+    base, _ = mcp_site
+    try:
+        done = subprocess.run(["npx", "-y", "@modelcontextprotocol/inspector", "--cli", base + "/mcp",
+                               "--transport", "http", "--method", "tools/list"],
+                              capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.skip("the MCP Inspector could not be fetched in time")
+    if done.returncode != 0 and ("ENOTFOUND" in done.stderr or "E404" in done.stderr or "EAI_AGAIN" in done.stderr
+                                 or "network" in done.stderr.lower()):
+        pytest.skip("the MCP Inspector package cannot be installed here")
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = {tool["name"] for tool in json.loads(done.stdout)["tools"]}
+    assert {"search_site", "resume"} <= names

@@ -1,0 +1,273 @@
+"""/photos/query.json rules on the real server, over a temp site.db filled by ingesting the demo photos."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from siteapi import db, demo_photos, ingest, photos
+from siteapi.config import load_settings
+
+from app import make_app
+from conftest import Client, make_settings
+from servers import serve_wsgi
+
+DEMOS = {demo.stem: demo for demo in demo_photos.DEMOS}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, checker):
+    tmp = tmp_path_factory.mktemp("photoq")
+    settings = make_settings(tmp)
+    demo_photos.generate(settings.photos_dir, count=len(demo_photos.DEMOS))
+    ingest.run_photos(settings)
+    conn = db.connect(settings.db_path, readonly=True)
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        yield settings, conn, Client(base, checker)
+    conn.close()
+
+
+def get(env, **params):
+    return env[2].get("/photos/query.json", params=params)
+
+
+def run(env, **params):
+    answer = get(env, **params)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def stems(body):
+    return [photo["stem"] for photo in body["photos"]]
+
+
+def newest_first(selected):
+    return sorted(sorted(selected), key=lambda stem: DEMOS[stem].date, reverse=True)
+
+
+def test_no_parameters_lists_newest_first(env):
+    body = run(env)
+    assert body["ranking"] == {"mode": "filters-only", "terms": [], "semantic": False}
+    assert body["query"] == {"q": "", "camera": "", "lens": "", "film": "", "recipe": "", "from": "", "to": ""}
+    assert body["total"] == len(DEMOS) and (body["limit"], body["offset"]) == (25, 0)
+    assert stems(body) == newest_first(DEMOS)[:25]
+    assert "score" not in body["photos"][0] and "matched" not in body["photos"][0]
+
+
+def test_photo_shape(env):
+    settings, conn, _ = env
+    photo = run(env, camera="ILCE")["photos"][0]
+    row = conn.execute("SELECT * FROM photos WHERE stem = 'DSC01234'").fetchone()
+    assert photo["stem"] == "DSC01234" and photo["alt"] == "Hot-air balloons rising over the valley"
+    assert photo["full"] == settings.url("/images/full/DSC01234.jpg")
+    assert photo["thumb"] == {k: settings.url("/images/" + row["thumb_" + k]) for k in ("avif", "jpg", "small", "xs")}
+    assert photo["metadata"] == json.loads(row["metadata"])
+    hidden = photos.query(conn, dataclasses.replace(settings, originals_public=False), {"camera": "ILCE"})
+    assert hidden["photos"][0]["full"] is None
+    assert run(env, q="", camera="GR III")["photos"][0]["alt"] == "Shadow of a bicycle on a whitewashed wall"
+    assert run(env, camera="X-S20", q="")["photos"][0]["stem"] == "DSCF0122"
+    assert run(env, stem="ignored", film="eterna")["total"] == 3  # Eterna and Eterna Bleach Bypass
+
+
+def test_limit_and_offset_are_clamped(env):
+    assert run(env, limit="0")["limit"] == 1
+    assert run(env, limit="500")["limit"] == 100
+    assert run(env, limit="abc")["limit"] == 25
+    assert run(env, offset="-5")["offset"] == 0
+    body = run(env, offset="999999")
+    assert body["offset"] == 10000 and body["photos"] == [] and body["total"] == len(DEMOS)
+    assert stems(run(env, limit="3", offset="2")) == newest_first(DEMOS)[2:5]
+
+
+def test_substring_filters_are_case_insensitive(env):
+    assert set(stems(run(env, camera="x100vi"))) == {"DSCF0101", "DSCF0106", "DSCF0109", "DSCF0113", "DSCF0117", "DSCF0121"}
+    assert set(stems(run(env, lens="xf33MM"))) == {"DSCF0102", "DSCF0116", "DSCF0125"}
+    assert set(stems(run(env, film="acros"))) == {"DSCF0103", "DSCF0104", "DSCF0118"}
+    assert set(stems(run(env, film="Reala ACE"))) == {"DSCF0102", "DSCF0116"}
+    both = run(env, camera="X-T5", film="classic")
+    assert set(stems(both)) == {"DSCF0112", "DSCF0125"} and both["query"]["film"] == "classic"
+
+
+def test_recipe_filter_matches_across_the_card(env):
+    dr400 = {s for s, d in DEMOS.items() if d.fuji and d.fuji["dr"] == (1, 400)}  # (0, 400) is DR-Auto
+    assert set(stems(run(env, recipe="DR400"))) == dr400
+    clarity2 = {s for s, d in DEMOS.items() if d.fuji and d.fuji["modern"] and d.fuji["clarity"] == 2}
+    assert set(stems(run(env, recipe="Clarity: +2", limit="100"))) == clarity2
+    assert stems(run(env, recipe="grain effect: strong / large", film="nostalgic")) == ["DSCF0109"]
+    assert stems(run(env, recipe="4700K, R+4 / B-2")) == ["DSCF0101"]
+
+
+def test_dates_filter_inclusively(env):
+    in_2024 = {s for s, d in DEMOS.items() if d.date.startswith("2024")}
+    body = run(env, **{"from": "2024-01-01", "to": "2024-12-31", "limit": "100"})
+    assert set(stems(body)) == in_2024 and body["query"]["from"] == "2024-01-01"
+    assert stems(run(env, **{"from": "2023-01-14", "to": "2023-01-14"})) == ["DSCF0101"]
+    assert run(env, **{"from": "2026-01-01"})["total"] == 3
+
+
+def test_from_after_to_is_empty_not_an_error(env):
+    body = run(env, **{"from": "2025-01-01", "to": "2024-01-01"})
+    assert body["total"] == 0 and body["photos"] == []
+
+
+@pytest.mark.parametrize("name, value", [("from", "2024-13-45"), ("to", "yesterday"), ("from", "2024-2-1"),
+                                         ("to", "2024-02-30")])
+def test_bad_dates_are_400_naming_the_parameter(env, name, value):
+    answer = get(env, **{name: value})
+    assert answer.status_code == 400
+    assert answer.json()["parameter"] == name
+    assert name in answer.json()["error"] and "YYYY-MM-DD" in answer.json()["error"]
+
+
+def test_text_filters_are_truncated_to_120_characters(env):
+    body = run(env, camera="X" * 200, q="beach " * 40)
+    assert len(body["query"]["camera"]) == 120 and len(body["query"]["q"]) == 120
+    assert body["total"] == 0
+
+
+@pytest.mark.parametrize("value", ["%", "_", "'", '"', "X_T5", "%Classic%", "' OR 1=1 --", "\\"])
+def test_sql_and_like_metacharacters_match_literally(env, value):
+    for name in ("camera", "lens", "film", "recipe"):
+        body = run(env, **{name: value})
+        assert body["total"] == 0 and body["query"][name] == value, (name, value)
+    ranked = run(env, q=value)  # q splits on punctuation: no error, only the words count
+    assert ranked["ranking"]["terms"] == photos.query_terms(value)
+
+
+def test_literal_punctuation_still_matches(env):
+    assert stems(run(env, lens="F2.8-4 R")) == ["DSCF0107"]
+    assert set(stems(run(env, recipe="R+1 / B-3"))) == {"DSCF0102"}
+
+
+def test_q_all_terms_with_plural_stems(env):
+    body = run(env, q="beaches")
+    assert body["ranking"] == {"mode": "all-terms", "terms": ["beaches"], "semantic": False}
+    assert stems(body) == ["DSCF0118", "DSCF0116", "DSCF0102"]  # equal caption scores: newest first
+    assert all(p["score"] == 5 and p["matched"] == ["beaches"] for p in body["photos"])
+    both = run(env, q="Beach kite")
+    assert stems(both) == ["DSCF0102"] and both["photos"][0]["score"] == 10
+
+
+def test_q_partial_lists_dropped_terms(env):
+    body = run(env, q="kite zebra")
+    assert body["ranking"]["mode"] == "partial" and body["ranking"]["dropped"] == ["zebra"]
+    assert set(stems(body)) == {"DSCF0102", "DSCF0125"}
+    assert all(p["matched"] == ["kite"] for p in body["photos"])
+    partial = run(env, q="beach tram")
+    assert partial["ranking"]["mode"] == "partial" and "dropped" not in partial["ranking"]
+    assert set(stems(partial)) == {"DSCF0102", "DSCF0116", "DSCF0118", "DSCF0110"}
+
+
+def test_q_no_match(env):
+    body = run(env, q="zebra giraffe")
+    assert body["ranking"] == {"mode": "no-match", "terms": ["zebra", "giraffe"], "semantic": False,
+                               "dropped": ["zebra", "giraffe"]}
+    assert body["total"] == 0 and body["photos"] == []
+
+
+def test_q_of_stopwords_only_is_no_terms(env):
+    body = run(env, q="show me the photos", camera="sony")
+    assert body["ranking"] == {"mode": "no-terms", "terms": [], "semantic": False}
+    assert stems(body) == ["DSC01234"] and body["photos"][0]["score"] == 0
+    assert body["query"]["q"] == "show me the photos"
+
+
+def test_common_terms_are_ignored_when_four_or_more_candidates(env):
+    body = run(env, q="fujifilm harbour")
+    assert body["ranking"]["common"] == ["fujifilm"]
+    assert body["ranking"]["mode"] == "all-terms" and stems(body) == ["DSCF0101"]
+    assert body["photos"][0]["matched"] == ["harbour"] and body["photos"][0]["score"] == 5
+    few = run(env, q="fujifilm", film="acros")  # three candidates: too few to call anything common
+    assert "common" not in few["ranking"] and few["total"] == 3
+    assert all(p["score"] == 4 for p in few["photos"])  # camera weight
+
+
+def test_weights_choose_the_best_field_once_per_term(env):
+    reala = run(env, q="reala")
+    assert set(stems(reala)) == {"DSCF0102", "DSCF0116"} and {p["score"] for p in reala["photos"]} == {6}
+    night = run(env, q="night")  # caption (5) beats the implied-words field (3), scored once
+    assert night["photos"][0]["stem"] == "DSCF0103" and night["photos"][0]["score"] == 5
+    assert {p["score"] for p in night["photos"][1:]} == {3}
+    mixed = run(env, q="classic beach", limit="100")  # no photo has both: film (6) ranks above caption (5)
+    assert mixed["ranking"]["mode"] == "partial"
+    scores = [p["score"] for p in mixed["photos"]]
+    assert scores == sorted(scores, reverse=True) and scores[0] == 6 and scores[-1] == 5
+    assert {p["stem"] for p in mixed["photos"] if p["score"] == 5} == {"DSCF0102", "DSCF0116", "DSCF0118"}
+
+
+def test_matching_rules(env):
+    assert stems(run(env, q="moun"))[:1] == ["DSCF0105"]  # token starts with the term
+    assert stems(run(env, q="harbourside")) == ["DSCF0101"]  # the term starts with a 5+ letter token
+    assert "DSCF0101" not in stems(run(env, q="harbinger"))
+    digit = run(env, q="100vi")  # a term with a digit matches inside a token
+    assert digit["total"] == 6 and {p["score"] for p in digit["photos"]} == {4}
+    year = run(env, q="2023")
+    assert year["total"] == sum(d.date.startswith("2023") for d in DEMOS.values())
+    assert stems(run(env, q="r0001234")) == ["R0001234"]  # the file name, last resort
+    assert set(stems(run(env, q="monochrome", limit="100"))) >= {"DSCF0110", "DSCF0103", "DSCF0114"}
+
+
+def test_token_matching_rules():
+    assert photos.token_matches("cities", "city")
+    assert photos.token_matches("beach", "beaches")
+    assert not photos.token_matches("each", "beach")
+    assert photos.token_matches("mountains", "mountain")
+    assert photos.token_matches("mountains", "mount")  # a 5+ letter token the term starts with
+    assert not photos.token_matches("mountains", "moun")
+    assert photos.token_matches("100vi", "x100vi") and not photos.token_matches("ooxvi", "x100vi")
+    assert photos.query_terms("Show me PHOTOS of the beach, at night! a b") == ["beach", "night"]
+    assert len(photos.query_terms(" ".join(f"w{i}x" for i in range(20)))) == 12
+
+
+def test_paging_through_ranked_results(env):
+    everything = run(env, q="fujifilm x100vi", limit="100")
+    page = run(env, q="fujifilm x100vi", limit="2", offset="2")
+    assert stems(page) == stems(everything)[2:4] and page["total"] == everything["total"]
+
+
+def test_results_follow_a_new_ingest(tmp_path):
+    settings = dataclasses.replace(load_settings(), db_path=tmp_path / "site.db", photos_dir=tmp_path / "originals",
+                                   images_dir=tmp_path / "public")
+    paths = demo_photos.generate(settings.photos_dir, count=3)
+    ingest.run_photos(settings)
+    conn = db.connect(settings.db_path, readonly=True)
+    try:
+        assert photos.query(conn, settings, {"q": "harbour"})["total"] == 1
+        paths[0].unlink()
+        ingest.run_photos(settings)
+        assert photos.query(conn, settings, {"q": "harbour"})["ranking"]["mode"] == "no-match"
+        assert photos.query(conn, settings, {})["total"] == 2
+    finally:
+        conn.close()
+
+
+def test_manifest_lists_exactly_the_published_photos(env):
+    settings, conn, client = env
+    r = client.get("/images/manifest.json")
+    assert r.status_code == 200
+    body = r.json()
+    stored = {row["stem"]: row for row in conn.execute("SELECT stem, size, uploaded FROM photos")}
+    assert body["count"] == len(body["photos"]) == len(stored) == len(DEMOS)
+    for entry in body["photos"]:
+        row = stored[entry["stem"]]
+        assert entry["size"] == row["size"] and entry["uploaded"] == row["uploaded"]
+        assert entry["full"] == settings.url(f"/images/full/{entry['stem']}.jpg")
+
+
+def test_thumbnails_and_originals_are_served_without_metadata(env):
+    import exiv2
+
+    settings, conn, client = env
+    photo = run(env, camera="X100VI", limit="1")["photos"][0]
+    for key in ("avif", "jpg", "small", "xs"):
+        path = photo["thumb"][key].removeprefix(settings.public_base_url)
+        r = client.get(path)
+        assert r.status_code == 200 and "immutable" in r.headers["Cache-Control"], path
+        image = exiv2.ImageFactory.open(r.content)
+        image.readMetadata()
+        assert len(image.exifData()) == 0 and len(image.xmpData()) == 0 and len(image.iptcData()) == 0, path
+    original = client.get(photo["full"].removeprefix(settings.public_base_url))
+    assert original.status_code == 200 and original.headers["Content-Type"] == "image/jpeg"
+    for path in ("/images/nope.jpg", "/images/full/nope.jpg", "/images/../site.db", "/images/full/../../site.db"):
+        assert client.get(path).status_code in (400, 404), path
