@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextlib import closing
 
 import bottle
 
@@ -15,7 +16,7 @@ from siteapi import ask, db, openapi, pages, photos
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import markdown
 from siteapi.feeds import around, coffee, ledger, tracks
-from siteapi.lens import observe
+from siteapi.lens import census, observe, scan
 from siteapi.lens.fetch import Fetcher, fetcher_from_settings
 from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter
@@ -97,7 +98,24 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     # -- the lens ------------------------------------------------------------------------------------
     def lens_fetch():
         query = params()
-        return observe.inspect(query.get("url"), settings, query.get("phases") or None, fetcher=fetcher)
+        url, mode, phases = query.get("url"), query.get("mode"), query.get("phases")
+        if mode is not None:
+            if mode != "cloudflare":
+                raise ApiError(400, "mode accepts only cloudflare (that CDN's agent-readiness level); leave it out "
+                               "for the full observation.", code="bad_mode", ok=False, parameter="mode")
+            with closing(db.connect(settings.db_path)) as cache:
+                return scan.cloudflare_mode(url, settings, conn=cache, fetcher=fetcher)
+        if phases is not None:
+            return observe.inspect(url, settings, phases, fetcher=fetcher)
+        with closing(db.connect(settings.db_path)) as cache:  # the per-origin discovery cache
+            return scan.scan(url, settings, fetcher=fetcher, conn=cache)
+
+    def lens_compare():
+        query = params()
+        return scan.compare(query.get("left"), query.get("right"), settings, fetcher=fetcher)
+
+    def lens_census():
+        return census.census(conn(), settings)
 
     # -- documents for agents --------------------------------------------------------------------
     def openapi_json():
@@ -160,8 +178,10 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/coffee/availability.json", coffee_slots, options=False, cache="public, max-age=0, s-maxage=30")
     R("/ledger.json", crawl_ledger)
     R("/lens/fetch", lens_fetch, policy="inspect", cache=NO_STORE)
+    R("/lens/compare.json", lens_compare, policy="compare", cache=NO_STORE)
+    R("/lens/census.json", lens_census, cache="public, max-age=300, s-maxage=900")
     mcp = McpServer(site, settings, fetcher=fetcher)
-    R("/mcp", mcp.handle, methods=("POST",), cache=NO_STORE)
+    R("/mcp", mcp.handle, methods=("POST",), policy="mcp", cache=NO_STORE)
     R("/mcp/server-card", mcp.draft_card_reply)
     R("/.well-known/mcp/server-card.json", mcp.scanner_card_reply)
     R("/openapi.json", openapi_json)

@@ -23,6 +23,7 @@ from siteapi.feeds.coffee import run_calendar
 from siteapi.feeds.ledger import run_ledger
 from siteapi.feeds.tracks import run_tracks
 from siteapi.ingest import run_photos
+from siteapi.lens.census import run_census
 
 log = logging.getLogger("jobs")
 
@@ -38,6 +39,8 @@ JOBS: dict[str, Job] = {
     "content": Job(run_content, {"trigger": "interval", "minutes": 10}, "index content/ into pages (FTS5)"),
     "photos": Job(run_photos, {"trigger": "interval", "minutes": 15},
                   "ingest new, changed and deleted originals: metadata, recipe cards, thumbnails"),
+    "census": Job(run_census, {"trigger": "cron", "day_of_week": "mon", "hour": 8, "minute": 17, "timezone": "UTC"},
+                  "inspect the 16-site roster with the lens (no bot views); one row per site"),
     "tracks": Job(run_tracks, {"trigger": "cron", "minute": 7}, "the owner's playlist from the music service"),
     "around": Job(run_around, {"trigger": "cron", "hour": 5, "minute": 41, "timezone": "UTC"},
                   "crawl the venture-firm homepages; record changes"),

@@ -20,7 +20,7 @@ BUSY_TIMEOUT_MS = 5000
 SCHEMA_MODULES = (
     "siteapi.db", "siteapi.content", "siteapi.ranker", "siteapi.photos",
     "siteapi.feeds.tracks", "siteapi.feeds.around", "siteapi.feeds.coffee", "siteapi.feeds.ledger",
-    "siteapi.lens.vault",
+    "siteapi.lens.vault", "siteapi.lens.discovery", "siteapi.lens.scan", "siteapi.lens.census",
 )
 
 SCHEMA = """

@@ -222,10 +222,8 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher=None) -> list[Tool]:
                     return Outcome(error=f"Too many requests: the {policy} budget is {decision.policy.quota} per "
                                          f"{decision.policy.window} seconds per caller; retry in "
                                          f"{max(1, decision.reset)} seconds.")
-            conn = db.connect(settings.db_path)
+            conn = db.writer(settings.db_path)
             try:
-                conn.isolation_level = None
-                conn.executescript(vault.SCHEMA)  # idempotent; the table may predate db.SCHEMA_MODULES
                 return Outcome(result=work(conn, arguments, fetcher or fetcher_from_settings(settings)))
             except ApiError as exc:
                 return Outcome(error=exc.body["error"])

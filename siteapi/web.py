@@ -138,6 +138,8 @@ class Site:
             '</.well-known/api-catalog>; rel="api-catalog"; type="application/linkset+json"',
             '</sitemap.xml>; rel="sitemap"; type="application/xml"',
             '</llms.txt>; rel="describedby"; type="text/plain"',
+            '</mcp/server-card>; rel="service-meta"; type="application/mcp-server-card+json"',
+            '</.well-known/mcp/server-card.json>; rel="service-meta"; type="application/json"',
         ])
         self.routes: list[tuple[str, tuple[str, ...], str]] = []
 

@@ -7,7 +7,6 @@ import json
 
 import lens_web
 import pytest
-import requests
 from jsonschema import Draft202012Validator
 
 from app import make_app
