@@ -12,7 +12,7 @@ from contextlib import closing
 
 import bottle
 
-from siteapi import ask, db, openapi, pages, photos
+from siteapi import agentdocs, ask, db, openapi, pages, photos
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import markdown
 from siteapi.feeds import around, coffee, ledger, tracks
@@ -153,6 +153,13 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                                      "with a curl example each.", body, "/developers", "/developers.md"),
                      content_type="text/html; charset=utf-8", cache=DOC_CACHE, headers={"Vary": "Accept"})
 
+    def skill_file(name):
+        tool = mcp.tools.get(name)
+        if tool is None:
+            raise ApiError(404, f"There is no skill named {name[:60]!r}; see /.well-known/agent-skills/index.json.",
+                           code="not_found")
+        return pages.markdown_reply(agentdocs.skill_markdown(settings, tool), cache=DOC_CACHE)
+
     # -- content pages and everything else -------------------------------------------------------
     def page_or_404(path):
         try:
@@ -183,6 +190,10 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     mcp = McpServer(site, settings, fetcher=fetcher)
     R("/mcp", mcp.handle, methods=("POST",), policy="mcp", cache=NO_STORE)
     R("/mcp/server-card", mcp.draft_card_reply)
+    R("/.well-known/agent-card.json", lambda: Reply(agentdocs.agent_card(settings, mcp.tools, mcp.info["version"]),
+                                                     cache=DOC_CACHE))
+    R("/.well-known/agent-skills/index.json", lambda: Reply(agentdocs.skills_index(settings, mcp.tools), cache=DOC_CACHE))
+    R("/.well-known/agent-skills/<name>/SKILL.md", skill_file)
     R("/.well-known/mcp/server-card.json", mcp.scanner_card_reply)
     R("/openapi.json", openapi_json)
     R("/.well-known/api-catalog", api_catalog)

@@ -1,5 +1,6 @@
 """Pages and the documents agents look for: HTML (strict HTML5), Markdown negotiation and twins,
 llms.txt, llms-full.txt, sitemap, robots.txt, api-catalog, /openapi.json and the developer guide."""
+import hashlib
 import re
 import xml.etree.ElementTree as ET
 
@@ -140,3 +141,17 @@ def test_resume_is_json_resume(api):
     assert r.status_code == 200
     resume = r.json()
     assert resume["basics"]["name"] and resume["work"] and "jsonresume" in resume["$schema"]
+
+
+def test_agent_card_and_skills_list_the_mcp_tools(api):
+    card_tools = {t["name"] for t in api.get("/.well-known/mcp/server-card.json").json()["tools"]}
+    agent = api.get("/.well-known/agent-card.json").json()
+    assert agent["url"].endswith("/mcp") and {s["id"] for s in agent["skills"]} == card_tools
+    index = api.get("/.well-known/agent-skills/index.json").json()
+    assert {s["name"] for s in index["skills"]} == card_tools
+    for skill in index["skills"][:5]:
+        md = api.get(skill["url"].removeprefix("https://aadhar.sh"))
+        assert md.status_code == 200 and md.headers["Content-Type"].startswith("text/markdown")
+        assert md.text.startswith(f"---\nname: {skill['name']}\n")
+        assert hashlib.sha256(md.content).hexdigest() == skill["sha256"]
+    assert api.get("/.well-known/agent-skills/nope/SKILL.md").status_code == 404

@@ -39,5 +39,19 @@
 <footer>
 <p>Also available as <a href="{{markdown_path or '/llms.txt'}}">Markdown</a> · <a href="/sitemap.xml">Sitemap</a> · <a href="/openapi.json">OpenAPI</a> · <a href="/data/">Data</a></p>
 </footer>
+<script>
+// WebMCP: an agent working in this browser tab can search and ask the site through its read-only API.
+if (navigator.modelContext && navigator.modelContext.provideContext) {
+  const answer = async (url) => ({content: [{type: "text", text: await (await fetch(url)).text()}]});
+  navigator.modelContext.provideContext({tools: [
+    {name: "search_site", description: "Search this site's pages, writing and notes by keyword.",
+     inputSchema: {type: "object", properties: {q: {type: "string"}}, required: ["q"]},
+     execute: ({q}) => answer("/search.json?q=" + encodeURIComponent(q))},
+    {name: "ask", description: "Ask this site a question in plain words; returns the pages that answer it.",
+     inputSchema: {type: "object", properties: {query: {type: "string"}}, required: ["query"]},
+     execute: ({query}) => answer("/ask?streaming=0&query=" + encodeURIComponent(query))}
+  ]});
+}
+</script>
 </body>
 </html>

@@ -1,0 +1,59 @@
+"""The discovery documents built from the MCP tool registry, so they list exactly what /mcp serves:
+the A2A agent card (`/.well-known/agent-card.json`, discovery only: no task endpoint) and the agent
+skills index (`/.well-known/agent-skills/index.json`) with one SKILL.md per tool.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from siteapi.mcp_tools import Tool
+
+
+def skill_markdown(settings, tool: Tool) -> str:
+    """SKILL.md: front matter (name, description) and how to call the tool over MCP."""
+    params = tool.input_schema.get("properties", {})
+    required = set(tool.input_schema.get("required", []))
+    lines = ["---", f"name: {tool.name}", f"description: {json.dumps(tool.description.splitlines()[0][:300])}", "---",
+             "", f"# {tool.title}", "", tool.description, "",
+             f"Call it as the MCP tool `{tool.name}` at {settings.url('/mcp')} (Streamable HTTP, no key).", ""]
+    if params:
+        lines += ["| Argument | Required | Description |", "|---|---|---|"]
+        lines += [f"| `{name}` | {'yes' if name in required else 'no'} | "
+                  f"{' '.join(str(spec.get('description', spec.get('type', ''))).split())} |"
+                  for name, spec in params.items()]
+        lines.append("")
+    lines.append(f"The same capability over plain HTTP is described in {settings.url('/openapi.json')}.")
+    return "\n".join(lines) + "\n"
+
+
+def skills_index(settings, tools: dict[str, Tool]) -> dict:
+    skills = []
+    for tool in tools.values():
+        text = skill_markdown(settings, tool)
+        skills.append({"name": tool.name, "type": "skill-md", "description": tool.description.splitlines()[0][:300],
+                       "url": settings.url(f"/.well-known/agent-skills/{tool.name}/SKILL.md"),
+                       "sha256": hashlib.sha256(text.encode()).hexdigest()})
+    return {"skills": skills}
+
+
+def agent_card(settings, tools: dict[str, Tool], version: str) -> dict:
+    """A2A agent card (protocol 0.3): who this is and the MCP interface; skills mirror the tools."""
+    return {
+        "protocolVersion": "0.3.0",
+        "name": settings.site_name,
+        "description": "The read-only public API of a personal site as tools: site search and questions, a photo "
+                       "archive with film recipes, a URL inspector for how machines see a page, and live feeds.",
+        "url": settings.url("/mcp"),
+        "preferredTransport": "JSONRPC",
+        "supportedInterfaces": [{"url": settings.url("/mcp"), "transport": "MCP", "protocol": "streamable-http"}],
+        "version": version,
+        "documentationUrl": settings.url("/developers"),
+        "provider": {"organization": settings.site_name, "url": settings.url("/")},
+        "capabilities": {"streaming": False, "pushNotifications": False},
+        "defaultInputModes": ["application/json"],
+        "defaultOutputModes": ["application/json"],
+        "securitySchemes": {},
+        "skills": [{"id": t.name, "name": t.title, "description": t.description.splitlines()[0][:300],
+                    "tags": ["read-only"] if t.read_only else ["stores-snapshot"]} for t in tools.values()],
+    }
