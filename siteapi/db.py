@@ -68,6 +68,22 @@ def reader(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
+def versioned_cache(conn: sqlite3.Connection, limit: int = 512, recheck_s: float = 1.0) -> dict:
+    """A per-thread dict for `conn` that empties itself when another connection has committed
+    (PRAGMA data_version moved) or it holds `limit` entries. The version is read at most once per
+    `recheck_s` per thread (a SQLite call per request costs a GIL hand-off under load), so an
+    entry is at most that stale after a job writes."""
+    now = time.monotonic()
+    if getattr(_local, "cache_checked", -recheck_s) + recheck_s <= now or getattr(_local, "cache_conn", None) != id(conn):
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if getattr(_local, "cache_version", None) != (id(conn), version) or len(_local.cache) >= limit:
+            _local.cache, _local.cache_version = {}, (id(conn), version)
+        _local.cache_checked, _local.cache_conn = now, id(conn)
+    elif len(_local.cache) >= limit:
+        _local.cache = {}
+    return _local.cache
+
+
 @contextmanager
 def transaction(conn: sqlite3.Connection):
     """One short write transaction: BEGIN IMMEDIATE ... COMMIT, rolled back on any error."""

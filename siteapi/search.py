@@ -1,11 +1,12 @@
 """/search.json: query terms, FTS5 bm25 ranking (title over description over body), snippets."""
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
-import threading
 
-from siteapi.web import ApiError, clamp_int
+from siteapi import db
+from siteapi.web import ApiError, Reply, clamp_int
 
 MAX_QUERY = 160
 MAX_TERMS = 12
@@ -49,23 +50,14 @@ def fts_match(words: list[str]) -> str:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
-_cache = threading.local()
-CACHE_SIZE = 512
-
-
 def search(conn: sqlite3.Connection, q: str, limit: int, base_url: str) -> dict:
     """SearchResults for `q`, from this thread's cache while site.db has not changed since."""
     words = terms(q)
     query = q[:MAX_QUERY]
     if not words:
         return {"query": query, "total": 0, "returned": 0, "results": []}
-    # data_version moves whenever another connection (a job) commits, so a hit is never stale.
-    version = conn.execute("PRAGMA data_version").fetchone()[0]
-    cache = getattr(_cache, "entries", None)
-    if cache is None or getattr(_cache, "version", None) != (id(conn), version) or len(cache) > CACHE_SIZE:
-        cache = _cache.entries = {}
-        _cache.version = (id(conn), version)
-    key = (tuple(words), limit, base_url)
+    cache = db.versioned_cache(conn)
+    key = ("rank", tuple(words), limit, base_url)
     if key not in cache:
         cache[key] = rank(conn, words, limit, base_url)
     return {"query": query, **cache[key]}
@@ -96,9 +88,15 @@ def rank(conn: sqlite3.Connection, words: list[str], limit: int, base_url: str) 
     return {"total": total, "returned": len(results), "results": results}
 
 
-def search_endpoint(conn: sqlite3.Connection, params, base_url: str) -> dict:
+def search_endpoint(conn: sqlite3.Connection, params, base_url: str) -> Reply:
+    """The /search.json body, already encoded: a repeated query costs a dictionary lookup."""
     q = (params.get("q") or "").strip()
     if not q:
         raise ApiError(400, "Parameter q is required: send the words to search for, e.g. /search.json?q=carburetor.",
                        code="missing_parameter", parameter="q")
-    return search(conn, q, clamp_int(params.get("limit"), 20, 1, 50), base_url)
+    limit = clamp_int(params.get("limit"), 20, 1, 50)
+    cache = db.versioned_cache(conn)
+    key = ("json", q, limit, base_url)
+    if key not in cache:
+        cache[key] = json.dumps(search(conn, q, limit, base_url), ensure_ascii=False).encode()
+    return Reply(cache[key])

@@ -59,3 +59,20 @@ def test_long_q_is_truncated_not_rejected(api):
 def test_fts_syntax_in_q_is_literal(api, q):
     r = api.get("/search.json", params={"q": q})
     assert r.status_code == 200 and isinstance(r.json()["results"], list)
+
+
+def test_versioned_cache_empties_after_another_connection_commits(tmp_path):
+    from siteapi import db
+
+    writer = db.writer(tmp_path / "site.db")
+    reader = db.connect(tmp_path / "site.db", readonly=True)
+    cache = db.versioned_cache(reader, recheck_s=0)
+    cache["k"] = "v"
+    assert db.versioned_cache(reader, recheck_s=0) == {"k": "v"}  # nothing committed since
+    with db.transaction(writer):
+        writer.execute("INSERT INTO job_runs(name, started) VALUES ('x', 'now')")
+    assert db.versioned_cache(reader, recheck_s=60) == {"k": "v"}  # inside the recheck window
+    assert db.versioned_cache(reader, recheck_s=0) == {}           # rechecked: the commit is seen
+    full = db.versioned_cache(reader, limit=3, recheck_s=60)
+    full.update(a=1, b=2, c=3)
+    assert db.versioned_cache(reader, limit=3, recheck_s=60) == {}  # a full cache starts over
