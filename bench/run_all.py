@@ -15,7 +15,19 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["search", "ask", "photos", "lens"]
+ORDER = ["search", "ask", "photos", "lens", "lens_scan"]
+BENCH_VENV = HERE / ".venv"  # extruct lives here only: it is a yardstick, not a dependency
+
+
+def extra_args(name: str) -> list[str]:
+    """The lens benchmark compares against extruct, installed into bench/.venv on first use."""
+    if name != "lens":
+        return []
+    python = BENCH_VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "extruct>=0.17,<1"], check=True)
+    return ["--extruct", str(python)]
 
 
 def main(names: list[str]) -> int:
@@ -23,11 +35,15 @@ def main(names: list[str]) -> int:
     sections = []
     for name in names:
         print(f"running bench_{name}.py ...", file=sys.stderr, flush=True)
-        out = subprocess.run([sys.executable, f"bench_{name}.py"], cwd=HERE, capture_output=True, text=True)
+        out = subprocess.run([sys.executable, f"bench_{name}.py", *extra_args(name)], cwd=HERE,
+                             capture_output=True, text=True)
         if out.returncode != 0:
             sections.append(f"## bench_{name}.py failed\n\n```\n{out.stderr[-2000:]}\n```\n")
         else:
-            sections.append(out.stdout.strip() + "\n")
+            body = out.stdout.strip()
+            if not body.startswith("## "):  # scripts that print plain figures get a heading and a code block
+                body = f"## bench_{name}.py\n\n`.venv/bin/python bench/bench_{name}.py`\n\n```\n{body}\n```"
+            sections.append(body + "\n")
     header = [
         "# Benchmark results", "",
         f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {platform.python_version()}, "

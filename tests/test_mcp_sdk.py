@@ -69,6 +69,7 @@ def test_the_sdk_client_lists_and_calls_every_tool(mcp_site, mode, expected_vers
         Draft202012Validator(outcome["output_schema"]).validate(outcome["structured"])
         assert json.loads(outcome["text"]) == outcome["structured"], name
     must_succeed = {"search_site", "ask", "resume", "photo_manifest", "photo_query", "lens_inspect", "lens_page",
+                    "lens_compare", "census",
                     "representation_capture", "representation_read", "representation_compare"}
     failed = {n for n in must_succeed & set(outcomes) if outcomes[n]["error"]}
     assert not failed, {n: outcomes[n]["text"] for n in failed}
