@@ -13,6 +13,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Callable
 
 from siteapi import db
@@ -74,7 +75,10 @@ def schedule(settings: Settings) -> None:
     scheduler = BlockingScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 300})
     for name, job in JOBS.items():
         trigger = dict(job.trigger)
-        scheduler.add_job(run_job, trigger.pop("trigger"), args=(settings, name), id=name, name=name, **trigger)
+        kind = trigger.pop("trigger")
+        # Interval jobs also run once at start, so a deploy never serves data an interval old.
+        first = {"next_run_time": datetime.now(timezone.utc)} if kind == "interval" else {}
+        scheduler.add_job(run_job, kind, args=(settings, name), id=name, name=name, **trigger, **first)
     log.info("scheduling %s", ", ".join(JOBS))
     try:
         scheduler.start()

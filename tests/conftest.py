@@ -128,6 +128,26 @@ def live(site_settings):
         yield base
 
 
+@pytest.fixture(scope="session")
+def sites():
+    """The loopback web of lens fixture sites (ready.test, blog.test, spa.test ...), by Host header."""
+    from lens_sites import start_web, stop_web
+
+    server, thread = start_web()
+    yield server
+    stop_web(server, thread)
+
+
+@pytest.fixture(scope="session")
+def dns_server():
+    """A loopback DNS server with the fixture sites' SVCB/HTTPS records; broken.test answers SERVFAIL."""
+    from lens_sites import DnsServer
+
+    server = DnsServer(servfail=("broken.test.",))
+    yield server
+    server.stop()
+
+
 @pytest.fixture()
 def api(live, checker):
     return Client(live, checker)

@@ -26,6 +26,7 @@ import dns.rrset
 
 from siteapi.lens.discovery import DnsClient
 from siteapi.lens.fetch import AddressPolicy, Fetcher
+from servers import start_thread, stop_thread
 
 SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
          "hang.test", "bigrobots.test", "binrobots.test", "bomb.test", "malformed.test")
@@ -248,17 +249,11 @@ class SiteWeb(ThreadingHTTPServer):
 
 
 def start_web() -> tuple[SiteWeb, threading.Thread]:
-    web = SiteWeb()
-    thread = threading.Thread(target=web.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    return web, thread
+    return start_thread(SiteWeb())
 
 
 def stop_web(web: SiteWeb, thread: threading.Thread) -> None:
-    web.stopping.set()
-    web.shutdown()
-    web.server_close()
-    thread.join(5)
+    stop_thread(web, thread)
 
 
 def site_fetcher(web: SiteWeb, **limits) -> Fetcher:

@@ -21,6 +21,7 @@ import brotli
 import zstandard
 
 from siteapi.lens.fetch import AddressPolicy, Fetcher
+from servers import start_thread, stop_thread
 
 RICH_PAGE = """<!doctype html>
 <html lang="en"><head>
@@ -246,17 +247,11 @@ class LoopbackWeb(ThreadingHTTPServer):
 
 
 def start() -> tuple[LoopbackWeb, threading.Thread]:
-    web = LoopbackWeb()
-    thread = threading.Thread(target=web.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    return web, thread
+    return start_thread(LoopbackWeb())
 
 
 def stop(web: LoopbackWeb, thread: threading.Thread) -> None:
-    web.stopping.set()
-    web.shutdown()
-    web.server_close()
-    thread.join(5)
+    stop_thread(web, thread)
 
 
 class StubResolver:

@@ -7,6 +7,20 @@ import threading
 import waitress.server
 
 
+def start_thread(server):
+    """Serve a socketserver-style server (one with a `stopping` event) in a daemon thread."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def stop_thread(server, thread) -> None:
+    server.stopping.set()  # lets handlers that sleep on purpose (slow, drip, hang) give up
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
 @contextlib.contextmanager
 def serve_wsgi(app, threads: int = 8, trusted_proxy: str | None = "127.0.0.1"):
     """Run a WSGI app in waitress on 127.0.0.1:<free port>; yields the base URL."""

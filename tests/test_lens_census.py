@@ -6,25 +6,11 @@ import sqlite3
 
 import pytest
 
-from lens_sites import DnsServer, site_fetcher, start_web, stop_web
+from lens_sites import site_fetcher
 from siteapi import db
 from siteapi.config import load_settings
 from siteapi.lens import census
 from siteapi.web import ApiError
-
-
-@pytest.fixture(scope="module")
-def web():
-    server, thread = start_web()
-    yield server
-    stop_web(server, thread)
-
-
-@pytest.fixture(scope="module")
-def dns_server():
-    server = DnsServer()
-    yield server
-    server.stop()
 
 
 def settings_for(tmp_path, roster):
@@ -33,12 +19,12 @@ def settings_for(tmp_path, roster):
     return dataclasses.replace(base, db_path=tmp_path / "site.db", sections={**base.sections, "lens": lens})
 
 
-def test_census_runs_store_rows_and_read_back(web, dns_server, tmp_path):
-    roster = [web.url("ready.test"), {"host": "blog", "url": web.url("blog.test")}, web.url("nowhere.test")]
+def test_census_runs_store_rows_and_read_back(sites, dns_server, tmp_path):
+    roster = [sites.url("ready.test"), {"host": "blog", "url": sites.url("blog.test")}, sites.url("nowhere.test")]
     settings = settings_for(tmp_path, roster)
-    line = census.run_census(settings, fetcher=site_fetcher(web), dns=dns_server.client())
+    line = census.run_census(settings, fetcher=site_fetcher(sites), dns=dns_server.client())
     assert line == "census: 2 of 3 sites scanned; failed: nowhere.test"
-    census.run_census(settings, fetcher=site_fetcher(web), dns=dns_server.client())
+    census.run_census(settings, fetcher=site_fetcher(sites), dns=dns_server.client())
     conn = db.connect(settings.db_path, readonly=True)
     assert conn.execute("SELECT COUNT(*) FROM lens_census").fetchone()[0] == 6
     body = census.census(conn, settings)
@@ -52,10 +38,10 @@ def test_census_runs_store_rows_and_read_back(web, dns_server, tmp_path):
     assert sites["nowhere.test"]["score"] is None and sites["nowhere.test"]["error"]
 
 
-def test_a_run_where_everything_fails_writes_nothing(web, tmp_path):
-    settings = settings_for(tmp_path, [web.url("nowhere.test")])
+def test_a_run_where_everything_fails_writes_nothing(sites, tmp_path):
+    settings = settings_for(tmp_path, [sites.url("nowhere.test")])
     with pytest.raises(RuntimeError, match="all 1 sites failed"):
-        census.run_census(settings, fetcher=site_fetcher(web))
+        census.run_census(settings, fetcher=site_fetcher(sites))
     conn = db.connect(settings.db_path)
     conn.executescript(census.SCHEMA)
     assert conn.execute("SELECT COUNT(*) FROM lens_census").fetchone()[0] == 0

@@ -10,25 +10,11 @@ import pytest
 import lens_web
 from app import make_app
 from conftest import Client, build_site, make_settings
-from lens_sites import DnsServer, site_fetcher, start_web, stop_web
+from lens_sites import site_fetcher
 from servers import serve_wsgi
 from siteapi.config import RatePolicy
 from siteapi.lens import census
 from test_lens_scan import Scanner
-
-
-@pytest.fixture(scope="module")
-def sites():
-    server, thread = start_web()
-    yield server
-    stop_web(server, thread)
-
-
-@pytest.fixture(scope="module")
-def dns_server():
-    server = DnsServer()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -120,12 +106,12 @@ def test_census_over_http(lens_api, settings, sites, dns_server):
 
 
 def test_rich_page_phase_validates(tmp_path, checker):
-    web, thread = lens_web.start()
+    sites, thread = lens_web.start()
     try:
         settings = make_settings(tmp_path)
         build_site(settings)
-        with serve_wsgi(make_app(settings, fetcher=lens_web.loopback_fetcher(web)).wsgi) as base:
-            r = Client(base, checker).get("/lens/fetch", params={"url": web.url("/rich"), "phases": "page"})
+        with serve_wsgi(make_app(settings, fetcher=lens_web.loopback_fetcher(sites)).wsgi) as base:
+            r = Client(base, checker).get("/lens/fetch", params={"url": sites.url("/rich"), "phases": "page"})
         assert r.status_code == 200 and r.json()["structured"]["jsonld"]
     finally:
-        lens_web.stop(web, thread)
+        lens_web.stop(sites, thread)

@@ -1,4 +1,4 @@
-"""The full lens scan against a loopback web of fixture sites, compare, and mode=cloudflare against a
+"""The full lens scan against a loopback sites of fixture sites, compare, and mode=cloudflare against a
 loopback MCP scanner."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lens_sites import DnsServer, site_fetcher, start_web, stop_web
+from lens_sites import DnsServer, site_fetcher
 from siteapi import db
 from siteapi.config import load_settings
 from siteapi.lens import discovery, scan
@@ -23,32 +23,18 @@ def with_lens(settings, **values):
 
 
 @pytest.fixture(scope="module")
-def web():
-    server, thread = start_web()
-    yield server
-    stop_web(server, thread)
-
-
-@pytest.fixture(scope="module")
-def dns_server():
-    server = DnsServer(servfail=("broken.test.",))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def settings():
     return with_lens(load_settings(), scan_timeout_s=4, probe_timeout_s=2)
 
 
 @pytest.fixture(scope="module")
-def run(web, dns_server, settings):
+def run(sites, dns_server, settings):
     cache = {}
 
     def go(site, **kwargs):
         key = (site, tuple(sorted(kwargs.items())))
         if key not in cache:
-            cache[key] = scan.scan(web.url(site), kwargs.pop("settings", settings), fetcher=site_fetcher(web),
+            cache[key] = scan.scan(sites.url(site), kwargs.pop("settings", settings), fetcher=site_fetcher(sites),
                                    dns=dns_server.client(), **kwargs)
         return cache[key]
     return go
@@ -144,10 +130,10 @@ def test_content_signal_and_tdmrep(run):
     assert any("TDMRep" in r for r in terms["spectrum"]["reasons"])
 
 
-def test_hanging_probes_do_not_outlast_the_deadline(web, dns_server, settings):
+def test_hanging_probes_do_not_outlast_the_deadline(sites, dns_server, settings):
     fast = with_lens(settings, scan_timeout_s=1.5, probe_timeout_s=5)
     started = time.monotonic()
-    obs = scan.scan(web.url("hang.test"), fast, fetcher=site_fetcher(web), dns=dns_server.client(), bot_views=False)
+    obs = scan.scan(sites.url("hang.test"), fast, fetcher=site_fetcher(sites), dns=dns_server.client(), bot_views=False)
     assert time.monotonic() - started < 3.0
     assert obs["ok"] and obs["discovery"]["robotsTxt"]["ok"] is False and "error" in obs["discovery"]["robotsTxt"]
     assert obs["agent"]["mcp"]["verdict"] == "unknown"
@@ -172,10 +158,10 @@ def test_malformed_cards_and_openapi(run):
     assert obs["discovery"]["mcpServerCard"]["ok"] is False and obs["readiness"]["keyless"] is None
 
 
-def test_dns_failures_are_reported_not_raised(web, settings):
+def test_dns_failures_are_reported_not_raised(sites, settings):
     failing = DnsServer(servfail=(".",))
     try:
-        obs = scan.scan(web.url("blog.test"), settings, fetcher=site_fetcher(web), dns=failing.client(), bot_views=False)
+        obs = scan.scan(sites.url("blog.test"), settings, fetcher=site_fetcher(sites), dns=failing.client(), bot_views=False)
     finally:
         failing.stop()
     assert obs["discovery"]["dnsAid"]["ok"] is False and obs["discovery"]["dnsAid"]["error"]
@@ -183,50 +169,50 @@ def test_dns_failures_are_reported_not_raised(web, settings):
     assert obs["readiness"]["checks"]["dnsAid"]["status"] == "unknown"
 
 
-def test_subrequest_cap_cuts_probes(web, dns_server, settings):
-    obs = scan.scan(web.url("ready.test"), with_lens(settings, subrequest_cap=6), fetcher=site_fetcher(web),
+def test_subrequest_cap_cuts_probes(sites, dns_server, settings):
+    obs = scan.scan(sites.url("ready.test"), with_lens(settings, subrequest_cap=6), fetcher=site_fetcher(sites),
                     dns=dns_server.client())
     assert obs["phases"]["subrequestCap"] is True
     assert any("cap" in (p.get("error") or "") for p in obs["discovery"].values() if isinstance(p, dict))
 
 
-def test_discovery_cache_answers_the_second_scan(web, dns_server, settings, tmp_path):
+def test_discovery_cache_answers_the_second_scan(sites, dns_server, settings, tmp_path):
     conn = db.connect(tmp_path / "site.db")
     conn.executescript(discovery.SCHEMA)
-    first = scan.scan(web.url("ready.test"), settings, fetcher=site_fetcher(web), dns=dns_server.client(),
+    first = scan.scan(sites.url("ready.test"), settings, fetcher=site_fetcher(sites), dns=dns_server.client(),
                       bot_views=False, conn=conn)
-    before = web.requests
-    second = scan.scan(web.url("ready.test"), settings, fetcher=site_fetcher(web), dns=dns_server.client(),
+    before = sites.requests
+    second = scan.scan(sites.url("ready.test"), settings, fetcher=site_fetcher(sites), dns=dns_server.client(),
                        bot_views=False, conn=conn)
     assert not first["phases"]["discoveryCached"] and second["phases"]["discoveryCached"]
-    assert web.requests - before == 2  # the page and the markdown check
+    assert sites.requests - before == 2  # the page and the markdown check
     assert second["readiness"]["level"] == first["readiness"]["level"] == 5
 
 
-def test_bad_input_answers_400(settings, web):
+def test_bad_input_answers_400(settings, sites):
     with pytest.raises(ApiError) as missing:
-        scan.scan("  ", settings, fetcher=site_fetcher(web))
+        scan.scan("  ", settings, fetcher=site_fetcher(sites))
     assert missing.value.status == 400 and missing.value.body["parameter"] == "url"
     with pytest.raises(ApiError) as refused:
         scan.scan("http://10.0.0.1/", settings)
     assert refused.value.status == 400 and "private" in refused.value.body["error"]
     with pytest.raises(ApiError) as unknown_host:
-        scan.scan(web.url("nowhere.test"), settings, fetcher=site_fetcher(web))
+        scan.scan(sites.url("nowhere.test"), settings, fetcher=site_fetcher(sites))
     assert unknown_host.value.status == 502
 
 
-def test_compare_reports_changes_and_names_the_side(web, dns_server, settings):
-    result = scan.compare(web.url("blog.test"), web.url("ready.test"), settings, fetcher=site_fetcher(web),
+def test_compare_reports_changes_and_names_the_side(sites, dns_server, settings):
+    result = scan.compare(sites.url("blog.test"), sites.url("ready.test"), settings, fetcher=site_fetcher(sites),
                           dns=dns_server.client())
     fields = {c["field"]: c for c in result["changes"]}
     assert fields["level"]["before"] == 1 and fields["level"]["after"] == 5
     assert fields["surfaces.mcp"] == {"field": "surfaces.mcp", "label": "MCP server", "before": False, "after": True}
     assert result["left"]["phases"]["botViews"] is False and result["ok"]
     with pytest.raises(ApiError) as missing:
-        scan.compare(web.url("blog.test"), "", settings, fetcher=site_fetcher(web))
+        scan.compare(sites.url("blog.test"), "", settings, fetcher=site_fetcher(sites))
     assert missing.value.status == 400 and missing.value.body["parameter"] == "right"
     with pytest.raises(ApiError) as refused:
-        scan.compare("http://127.0.0.1:22/", web.url("blog.test"), settings)
+        scan.compare("http://127.0.0.1:22/", sites.url("blog.test"), settings)
     assert refused.value.status == 400 and "left" in refused.value.body["error"]
 
 
