@@ -3,15 +3,22 @@ and memory with 2,000 synthetic pages indexed.
 
     .venv/bin/python bench/bench_ask.py            # everything, Markdown figures on stdout
     .venv/bin/python bench/bench_ask.py --quality  # quality only
+    .venv/bin/python bench/bench_ask.py --variants # page-representation variants, 2-fold held out
 
 Quality runs the real `ask.handle` path on a scratch copy of site.db built from content/: the
 model path, and the lexical path (the same function with the model budget spent). Speed pins the
 process to one core and times `ask.handle` per question (JSON answer, model path); memory is the
 peak RSS of a fresh process that loads the model and answers questions against the 2,000 pages.
+
+Held-out figures: the questions are split in two halves by their target page (sha256 of the target
+path, even/odd), so no page is asked about in both. `--variants` scores alternative page
+representations on both halves, picks the best variant (top-1 + MRR@10) on each half and reports it
+on the other, next to the shipped ranker there: a variant is only worth shipping if it wins there.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -22,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -72,6 +81,11 @@ def answer(settings, conn, question: str, allowed) -> dict:
     return ask.handle("GET", {"query": question, "streaming": "0", "top_k": "10"}, None, None, settings, conn, allowed)[2]
 
 
+def fold(target: str) -> str:
+    """The half ("A" or "B") a question belongs to, by its target page."""
+    return "AB"[int(hashlib.sha256(target.encode()).hexdigest(), 16) % 2]
+
+
 def quality(settings, conn) -> dict:
     data = load_eval()
     pages = {r["path"]: content_words(f"{r['title']} {r['description']} {r['text']}")
@@ -80,7 +94,7 @@ def quality(settings, conn) -> dict:
     no_word = [shares_no_word(q["q"], pages[target_path(q["target"], settings)]) for q in data["questions"]]
     out["no_shared_word"] = sum(no_word)
     for name, allowed in (("model", lambda: True), ("lexical", lambda: False)):
-        reciprocal, top1, top1_noword = [], [], []
+        reciprocal, top1, top1_noword, halves = [], [], [], []
         for item, disjoint in zip(data["questions"], no_word):
             body = answer(settings, conn, item["q"], allowed)
             assert body["_meta"]["ranking"].startswith("model" if name == "model" else "lexical"), body["_meta"]
@@ -89,10 +103,14 @@ def quality(settings, conn) -> dict:
             rank = urls.index(wanted) + 1 if wanted in urls else None
             reciprocal.append(1 / rank if rank else 0.0)
             top1.append(rank == 1)
+            halves.append(fold(item["target"]))
             if disjoint:
                 top1_noword.append(rank == 1)
         out[name] = {"top1": sum(top1) / len(top1), "mrr10": sum(reciprocal) / len(reciprocal),
                      "top1_no_shared_word": sum(top1_noword) / max(1, len(top1_noword))}
+        for half in "AB":
+            picked = [i for i, h in enumerate(halves) if h == half]
+            out[name][half] = (sum(top1[i] for i in picked) / len(picked), sum(reciprocal[i] for i in picked) / len(picked))
     tops = []
     for question in data["unanswerable"]:
         results = answer(settings, conn, question, lambda: True)["results"]
@@ -158,21 +176,111 @@ def memory(settings) -> dict:
     return json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
 
 
+def overlapping_passages(title: str, description: str, text: str) -> list[str]:
+    """Title and description as two passages, then body passages that repeat the previous one's last
+    sentence (the variant "split head, overlap")."""
+    body, current = [], []
+    for sentence in (s for s in ranker._SENTENCE_END.split(text) if s.strip()):
+        if current and len(" ".join([*current, sentence])) > ranker.CHUNK_CHARS:
+            body.append(" ".join(current))
+            carried = current[-1:] if len(current) > 1 else []
+            current = carried if len(" ".join([*carried, sentence])) <= ranker.CHUNK_CHARS else []
+        current.append(sentence)
+    return [title, description] + (body + ([" ".join(current)] if current else []))[: ranker.PAGE_CHUNKS]
+
+
+def variants(settings, conn) -> None:
+    """Score page-representation variants on the evaluation set, whole and by half; print a table."""
+    model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
+    pages = conn.execute("SELECT path, title, description, text FROM pages ORDER BY path").fetchall()
+    paths = [p["path"] for p in pages]
+    data = load_eval()
+    words = {p["path"]: content_words(f"{p['title']} {p['description']} {p['text']}") for p in pages}
+    targets = np.array([paths.index(target_path(q["target"], settings)) for q in data["questions"]])
+    halves = np.array([fold(q["target"]) for q in data["questions"]])
+    no_word = np.array([shares_no_word(q["q"], words[paths[t]]) for q, t in zip(data["questions"], targets)])
+
+    def embed(texts: list[str]) -> np.ndarray:
+        return np.stack([model.embed([t])[0] for t in texts])
+
+    questions = {"raw": embed([q["q"] for q in data["questions"]]),
+                 "no ?": embed([q["q"].rstrip().rstrip("?") for q in data["questions"]])}
+    lexical = np.full((len(targets), len(paths)), np.inf)
+    for row, item in enumerate(data["questions"]):
+        for rank, hit in enumerate(search.search(conn, item["q"], len(paths), settings.public_base_url)["results"], 1):
+            lexical[row, paths.index(target_path(hit["url"], settings))] = rank
+
+    def pooled(units, how):
+        scores = []
+        for vectors in units:
+            cosines = questions["raw"] @ vectors.T
+            centroid = vectors.mean(axis=0)
+            centroid_cos = questions["raw"] @ (centroid / np.linalg.norm(centroid))
+            if how == "centroid":
+                scores.append(centroid_cos)
+            elif how == "max-sim":
+                scores.append(cosines.max(axis=1))
+            elif how == "softmax-pooled (beta 10)":
+                scores.append(np.log(np.exp(10 * cosines).mean(axis=1)) / 10)
+            else:  # "blend a": a * max-sim + (1 - a) * centroid
+                weight = float(how.split()[1])
+                scores.append(weight * cosines.max(axis=1) + (1 - weight) * centroid_cos)
+        return np.stack(scores, axis=1)
+
+    shipped_units = [embed(ranker.passages(p["title"], p["description"], p["text"])) for p in pages]
+    split_units = [embed(overlapping_passages(p["title"], p["description"], p["text"])) for p in pages]
+    shipped = np.stack([ranker.page_vector(model, p["title"], p["description"], p["text"]) for p in pages])
+    table = {"shipped: centroid of 'title. description' + passages": questions["raw"] @ shipped.T,
+             "shipped, question without trailing '?'": questions["no ?"] @ shipped.T}
+    for how in ("max-sim", "softmax-pooled (beta 10)", "blend 0.3", "blend 0.5"):
+        table[f"passages, {how}"] = pooled(shipped_units, how)
+    for how in ("centroid", "max-sim", "softmax-pooled (beta 10)", "blend 0.3", "blend 0.5"):
+        table[f"split head + overlap, {how}"] = pooled(split_units, how)
+    model_rank = np.argsort(np.argsort(-table["shipped: centroid of 'title. description' + passages"], axis=1), axis=1) + 1
+    table["shipped + lexical, reciprocal-rank fusion (k 3, lexical 0.2)"] = 1 / (3 + model_rank) + 0.2 / (3 + lexical)
+
+    def figures(scores, picked):
+        ranks = (scores[picked] > scores[picked, targets[picked]][:, None]).sum(axis=1) + 1
+        return (ranks == 1).mean(), np.where(ranks <= 10, 1 / ranks, 0).mean()
+
+    everyone = np.ones(len(targets), bool)
+    print(f"## /ask page-representation variants ({len(targets)} questions; half A {np.sum(halves == 'A')}, "
+          f"half B {np.sum(halves == 'B')}, split by target page)\n")
+    print("| variant | top-1 | MRR@10 | top-1 no-shared-word | A top-1 / MRR@10 | B top-1 / MRR@10 |\n|---|---|---|---|---|---|")
+    for name, scores in table.items():
+        t1, mrr = figures(scores, everyone)
+        a, b = figures(scores, halves == "A"), figures(scores, halves == "B")
+        print(f"| {name} | {t1:.2f} | {mrr:.3f} | {figures(scores, no_word)[0]:.2f} | {a[0]:.2f} / {a[1]:.3f} | {b[0]:.2f} / {b[1]:.3f} |")
+    baseline = next(iter(table))
+    print()
+    for chosen_on, held_out in (("A", "B"), ("B", "A")):
+        best = max(table, key=lambda n: sum(figures(table[n], halves == chosen_on)))
+        got, base = figures(table[best], halves == held_out), figures(table[baseline], halves == held_out)
+        print(f"Chosen on half {chosen_on}: {best}; on held-out half {held_out}: top-1 {got[0]:.2f}, MRR@10 {got[1]:.3f} "
+              f"(shipped: {base[0]:.2f}, {base[1]:.3f}).")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quality", action="store_true", help="quality only")
+    parser.add_argument("--variants", action="store_true", help="page-representation variants, 2-fold held out")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         settings, conn = scratch_site(Path(folder))
+        if args.variants:
+            return variants(settings, conn)
         q = quality(settings, conn)
         print(f"## /ask quality ({q['questions']} questions, {q['no_shared_word']} sharing no content word "
               f"with their target; {q['unanswerable']} unanswerable)\n")
-        print("| ranker | top-1 | MRR@10 | top-1 on no-shared-word questions |\n|---|---|---|---|")
+        print("| ranker | top-1 | MRR@10 | top-1 on no-shared-word questions | half A top-1 / MRR@10 | half B top-1 / MRR@10 |"
+              "\n|---|---|---|---|---|---|")
         for name in ("model", "lexical"):
-            print(f"| {name} | {q[name]['top1']:.2f} | {q[name]['mrr10']:.2f} | {q[name]['top1_no_shared_word']:.2f} |")
+            halves = " | ".join(f"{q[name][h][0]:.2f} / {q[name][h][1]:.2f}" for h in "AB")
+            print(f"| {name} | {q[name]['top1']:.2f} | {q[name]['mrr10']:.2f} | {q[name]['top1_no_shared_word']:.2f} | {halves} |")
         print(f"\nMean top probability: unanswerable {q['unanswerable_mean_top_probability']:.3f} (target < 0.2), "
               f"answerable {q['answerable_mean_top_probability']:.3f}. Targets for the model: top-1 >= 0.70, MRR@10 >= 0.80.")
-        print("\nReproduce: `.venv/bin/python bench/bench_ask.py` (T and none_cosine: `bench/fit_ranker.py`).")
+        print("\nReproduce: `.venv/bin/python bench/bench_ask.py` (T and none_cosine: `bench/fit_ranker.py`; "
+              "page-representation variants with held-out halves: `--variants`).")
         if args.quality:
             return
         print(f"\nIndexing {SYNTHETIC_PAGES} synthetic pages...", file=sys.stderr)

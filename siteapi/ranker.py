@@ -2,9 +2,11 @@
 
 The model and its tokenizer live in `models/` and are loaded lazily, once per process, behind a
 lock; onnxruntime runs on one intra-op thread so a question never competes with the other
-request threads for more than its own core. Page vectors (title + description + the start of the
-body, as the centroid of its passage vectors) are computed by the content job and cached in `page_vectors` by content hash, so a restart
-or an unchanged page costs nothing; the app keeps the matrix in memory until the table changes.
+request threads for more than its own core. Page vectors (the centroid of the vectors of
+"title. description" and of the start of the body in sentence-aligned passages) are computed by
+the content job and cached in `page_vectors` by content hash and representation, so a restart or
+an unchanged page costs nothing and a changed representation re-embeds every page; the app keeps
+the matrix in memory until the table changes.
 
 How a question becomes scores: its vector is compared by cosine with every page vector, and one
 softmax over cosine / T puts a probability on each page plus a "none of these" pseudo-page whose
@@ -32,6 +34,9 @@ from siteapi.config import ROOT
 log = logging.getLogger(__name__)
 
 MODEL_NAME = "minilm-l6-v2-int8"
+# Stored in page_vectors.model: bump the suffix whenever passages() or page_vector() change, so
+# vectors of the old representation are re-embedded by the next content run instead of mixed in.
+PAGE_REPRESENTATION = f"{MODEL_NAME}/centroid-v1"
 DIM = 384
 DEFAULT_MODEL_PATH = "models/minilm-l6-v2-int8.onnx"
 DEFAULT_TOKENIZER_PATH = "models/tokenizer.json"
@@ -155,7 +160,10 @@ def passages(title: str, description: str, text: str) -> list[str]:
 def page_vector(model: Model, title: str, description: str, text: str) -> np.ndarray:
     """The normalised centroid of the page's passage vectors. On the project's questions this beat
     one vector of the truncated page (top-1 0.68 vs 0.57) and the best passage (0.57): a centroid
-    keeps what the whole page is about while each passage is embedded at a length the model knows."""
+    keeps what the whole page is about while each passage is embedded at a length the model knows.
+    Max-sim over the passages, softmax pooling, max/centroid blends, separate title and description
+    vectors and overlapping passages did no better on held-out questions (`bench/bench_ask.py
+    --variants`), so this stays."""
     # One passage per run: batching is no faster on one thread and holds far more memory.
     centroid = np.mean([model.embed([p])[0] for p in passages(title, description, text)], axis=0)
     return (centroid / max(float(np.linalg.norm(centroid)), 1e-12)).astype(np.float32)
@@ -171,7 +179,7 @@ def refresh_page_vectors(conn: sqlite3.Connection, settings=None) -> int:
     conn.isolation_level = None
     stored = {r["path"]: (r["hash"], r["model"]) for r in conn.execute("SELECT path, hash, model FROM page_vectors")}
     pages = conn.execute("SELECT path, hash, title, description, text FROM pages").fetchall()
-    stale = [p for p in pages if stored.get(p["path"]) != (p["hash"], MODEL_NAME)]
+    stale = [p for p in pages if stored.get(p["path"]) != (p["hash"], PAGE_REPRESENTATION)]
     gone = set(stored) - {p["path"] for p in pages}
     vectors = [page_vector(model, p["title"], p["description"], p["text"]) for p in stale]
     if not stale and not gone:
@@ -180,7 +188,7 @@ def refresh_page_vectors(conn: sqlite3.Connection, settings=None) -> int:
         conn.executemany("DELETE FROM page_vectors WHERE path = ?", [(path,) for path in gone | {p["path"] for p in stale}])
         conn.executemany(
             "INSERT INTO page_vectors(path, hash, model, vector) VALUES (?, ?, ?, ?)",
-            [(p["path"], p["hash"], MODEL_NAME, v.tobytes()) for p, v in zip(stale, vectors)],
+            [(p["path"], p["hash"], PAGE_REPRESENTATION, v.tobytes()) for p, v in zip(stale, vectors)],
         )
     return len(stale)
 
@@ -205,7 +213,7 @@ def page_matrix(conn: sqlite3.Connection) -> PageMatrix:
     cached = _matrices.get(database)
     if cached and cached[0] == version:
         return cached[1]
-    rows = conn.execute("SELECT path, vector FROM page_vectors WHERE model = ? ORDER BY path", (MODEL_NAME,)).fetchall()
+    rows = conn.execute("SELECT path, vector FROM page_vectors WHERE model = ? ORDER BY path", (PAGE_REPRESENTATION,)).fetchall()
     matrix = PageMatrix(
         [r["path"] for r in rows],
         np.frombuffer(b"".join(r["vector"] for r in rows), dtype=np.float32).reshape(len(rows), DIM)

@@ -469,6 +469,19 @@ def test_pages_are_embedded_as_bounded_sentence_passages():
     assert ranker.passages("T", "D", "") == ["T. D"]
 
 
+def test_vectors_of_an_older_representation_are_re_embedded(site):
+    # a row as the previous representation wrote it (rows are only ever deleted and inserted)
+    row = site.conn.execute("SELECT hash, vector FROM page_vectors WHERE path = '/coffee'").fetchone()
+    site.conn.execute("DELETE FROM page_vectors WHERE path = '/coffee'")
+    site.conn.execute("INSERT INTO page_vectors(path, hash, model, vector) VALUES ('/coffee', ?, ?, ?)",
+                      (row["hash"], ranker.MODEL_NAME, row["vector"]))
+    assert "/coffee" not in ranker.page_matrix(site.conn).paths
+    assert ranker.refresh_page_vectors(site.conn, site.settings) == 1
+    assert "/coffee" in ranker.page_matrix(site.conn).paths
+    models = {m for (m,) in site.conn.execute("SELECT model FROM page_vectors")}
+    assert models == {ranker.PAGE_REPRESENTATION}
+
+
 def test_the_page_vectors_job_reports_and_fails_without_a_model(site, tmp_path):
     assert ranker.run_page_vectors(site.settings) == f"0 pages embedded, {len(PAGES)} page vectors"
     settings = load_settings(write_site(site.root, model_path=str(tmp_path / "absent.onnx")))
