@@ -4,7 +4,8 @@
 recipe card in the names photographers use; `make_thumbnails` writes the four content-hashed
 thumbnails with Pillow, carrying no metadata but the colour profile; `run_photos(settings)` is
 the job: it ingests new and changed files (by content hash), removes deleted ones, skips and
-reports what it cannot read, and writes everything in one short transaction.
+reports what it cannot read, embeds captions with the /ask model (when it can be loaded) for
+matching by meaning, and writes everything in one short transaction.
 Nothing outside the allowlist (GPS, serial numbers, owner names) is ever copied.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import exiv2
 from PIL import Image, ImageOps
 from tqdm import tqdm
 
-from siteapi import db
+from siteapi import db, ranker
 
 log = logging.getLogger(__name__)
 
@@ -463,6 +464,22 @@ def build_row(path: Path, data: bytes, sidecar_text: str | None, content_hash: s
     }
 
 
+def caption_vectors(settings, conn, rows: list[dict], kept: list) -> list[tuple[str, bytes]]:
+    """(sha256, float32 vector bytes) for the captions of the photos written this run and of kept
+    photos that have no vector from the current model yet; [] when the model cannot be loaded."""
+    stored = {r[0] for r in conn.execute("SELECT sha256 FROM photo_vectors WHERE model = ?", (ranker.MODEL_NAME,))}
+    wanted = {row["sha256"]: row["alt"] for row in rows if row["alt"]}
+    for row in kept:
+        if row["alt"] and row["sha256"] not in stored:
+            wanted.setdefault(row["sha256"], row["alt"])
+    model = ranker.load_model(ranker.RankerSettings.from_settings(settings)) if wanted else None
+    if model is None:
+        return []
+    # One caption per model run: on one thread batching is no faster and pads every caption.
+    return [(sha, model.embed([alt])[0].tobytes())
+            for sha, alt in tqdm(wanted.items(), desc="captions", unit="caption", disable=None)]
+
+
 def _thumb_names(row) -> set[str]:
     return {row[k] for k in ("thumb_avif", "thumb_jpg", "thumb_small", "thumb_xs") if row[k]}
 
@@ -528,6 +545,9 @@ def run_photos(settings) -> str:
                 (report.updated if old else report.added).append(path.stem)
             gone = [stem for stem in existing if stem not in seen]
             report.removed = gone
+            written_stems = {row["stem"] for row in rows}
+            vectors = caption_vectors(settings, conn, rows,
+                                      [old for stem, old in existing.items() if stem in seen and stem not in written_stems])
             placeholders = ", ".join("?" for _ in PHOTO_COLUMNS)
             with db.transaction(conn):
                 conn.executemany(
@@ -535,7 +555,14 @@ def run_photos(settings) -> str:
                     [tuple(row[c] for c in PHOTO_COLUMNS) for row in rows])
                 conn.executemany("UPDATE photos SET stat_key = ? WHERE stem = ?", touched)
                 conn.executemany("DELETE FROM photos WHERE stem = ?", [(stem,) for stem in gone])
-                if rows or gone:
+                # A rewritten photo's old vector may describe an old caption; without a model it stays unset.
+                changes = conn.total_changes
+                conn.executemany("DELETE FROM photo_vectors WHERE sha256 = ?", [(row["sha256"],) for row in rows])
+                conn.executemany("INSERT OR REPLACE INTO photo_vectors (sha256, model, vector) VALUES (?, ?, ?)",
+                                 [(sha, ranker.MODEL_NAME, blob) for sha, blob in vectors])
+                conn.execute("DELETE FROM photo_vectors WHERE sha256 NOT IN "
+                             "(SELECT sha256 FROM photos WHERE alt IS NOT NULL)")
+                if rows or gone or conn.total_changes != changes:
                     conn.execute("INSERT INTO photos_state (id, generation) VALUES (1, 1) "
                                  "ON CONFLICT (id) DO UPDATE SET generation = generation + 1")
         except BaseException:

@@ -7,10 +7,11 @@ import shutil
 from pathlib import Path
 
 import exiv2
+import numpy as np
 import pytest
 from PIL import Image
 
-from siteapi import db, demo_photos, ingest, photos
+from siteapi import db, demo_photos, ingest, photos, ranker
 from siteapi.config import load_settings
 
 REAL_PHOTOS = Path(__file__).resolve().parents[2] / "shared" / "data" / "photos"
@@ -219,6 +220,59 @@ def test_rerun_changes_and_deletions(tmp_path):
     on_disk = {p.name for p in settings.images_dir.iterdir()}
     referenced = {row["thumb_" + k] for row in after.values() for k in ("avif", "jpg", "small", "xs")}
     assert on_disk == referenced
+
+
+def caption_vectors(settings) -> tuple[dict[str, tuple[str, bytes]], int]:
+    """sha256 → (model, vector bytes), and the index generation."""
+    conn = db.connect(settings.db_path, readonly=True)
+    try:
+        stored = {row["sha256"]: (row["model"], row["vector"]) for row in conn.execute("SELECT * FROM photo_vectors")}
+        return stored, conn.execute("SELECT generation FROM photos_state").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_caption_vectors_follow_the_photos_and_need_the_model(tmp_path):
+    no_model = make_settings(tmp_path, sections={**load_settings().sections,
+                                                 "ask": {"model_path": str(tmp_path / "absent.onnx")}})
+    paths = demo_photos.generate(no_model.photos_dir, count=4)
+    assert ingest.run_photos(no_model) == "added 4, updated 0, removed 0, failed 0"
+    assert caption_vectors(no_model) == ({}, 1)
+
+    # the model is back: kept photos get their vectors without being re-ingested
+    settings = make_settings(tmp_path)
+    assert ingest.run_photos(settings) == "added 0, updated 0, removed 0, failed 0"
+    stored, generation = caption_vectors(settings)
+    table = rows(settings)
+    assert generation == 2 and set(stored) == {row["sha256"] for row in table.values() if row["alt"]}
+    assert len(stored) == 4
+    model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
+    for row in table.values():
+        name, blob = stored[row["sha256"]]
+        vector = np.frombuffer(blob, dtype=np.float32)
+        assert name == ranker.MODEL_NAME and vector.shape == (ranker.DIM,)
+        assert np.allclose(vector, model.embed([row["alt"]])[0], atol=1e-5)  # the caption as written
+
+    # unchanged photos cost nothing and leave the index alone
+    paths[0].write_bytes(paths[0].read_bytes())
+    assert ingest.run_photos(settings) == "added 0, updated 0, removed 0, failed 0"
+    assert caption_vectors(settings) == (stored, 2)
+
+    # a changed photo is embedded under its new hash; a deleted one takes its vector along
+    paths[1].write_bytes(demo_photos.make_jpeg(demo_photos.DEMOS[1], 99))
+    paths[2].unlink()
+    assert ingest.run_photos(settings) == "added 0, updated 1, removed 1, failed 0"
+    after, generation = caption_vectors(settings)
+    table_after = rows(settings)
+    assert set(after) == {row["sha256"] for row in table_after.values()} and len(after) == 3
+    assert table[paths[1].stem]["sha256"] not in after and table[paths[2].stem]["sha256"] not in after
+    assert generation == 3
+
+    # a rewritten photo ingested without the model keeps no stale vector
+    paths[3].write_bytes(demo_photos.make_jpeg(demo_photos.DEMOS[3], 98))
+    assert ingest.run_photos(no_model) == "added 0, updated 1, removed 0, failed 0"
+    without, _ = caption_vectors(no_model)
+    assert set(without) == {row["sha256"] for stem, row in rows(settings).items() if stem != paths[3].stem}
 
 
 def test_bad_files_are_reported_by_name_and_skipped(tmp_path, caplog):

@@ -220,6 +220,75 @@ def test_token_matching_rules():
     assert len(photos.query_terms(" ".join(f"w{i}x" for i in range(20)))) == 12
 
 
+SEA = {"DSCF0101", "DSCF0102", "DSCF0109", "DSCF0116", "DSCF0118"}  # harbour, beach, pier, beach huts, beach
+
+
+def literal_tokens(conn) -> set[str]:
+    """Every token of every field `q` searches, across the archive."""
+    tokens = set()
+    for row in conn.execute("SELECT stem, alt, camera, lens, film, expansion, year, recipe_text FROM photos"):
+        for value in row:
+            tokens.update(t for t in photos._SPLIT.split(str(value or "").lower()) if t)
+    return tokens
+
+
+def test_a_term_no_field_contains_matches_captions_by_meaning(env):
+    tokens = literal_tokens(env[1])
+    for term in ("seaside", "coast", "halloween"):
+        assert not any(photos.token_matches(term, token) for token in tokens), term
+    body = run(env, q="seaside")
+    assert body["ranking"] == {"mode": "all-terms", "terms": ["seaside"], "semantic": True}
+    assert {"DSCF0102", "DSCF0116", "DSCF0118"} <= set(stems(body)) <= SEA
+    assert all(p["matched"] == ["seaside"] and p["score"] == photos.SEMANTIC_WEIGHT for p in body["photos"])
+    assert stems(run(env, q="seaside", limit="2", offset="1")) == stems(body)[1:3]  # pages agree
+    assert stems(run(env, q="halloween")) == ["DSCF0113"]  # pumpkins on the doorstep
+    both = run(env, q="seaside kite")  # a literal caption match (5) plus a semantic one (3)
+    assert both["ranking"]["semantic"] and stems(both) == ["DSCF0102"] and both["photos"][0]["score"] == 8
+    assert both["photos"][0]["matched"] == ["seaside", "kite"]
+
+
+def test_semantic_matches_respect_the_filters(env):
+    assert set(stems(run(env, q="seaside", film="Reala ACE"))) == {"DSCF0102", "DSCF0116"}
+    body = run(env, q="seaside", camera="GR III")  # the one GR photo is a bicycle's shadow
+    assert body["ranking"] == {"mode": "no-match", "terms": ["seaside"], "semantic": False, "dropped": ["seaside"]}
+
+
+def test_literal_terms_keep_semantic_false(env):
+    for q in ("beach", "harbour night", "kite zebra"):
+        assert run(env, q=q)["ranking"]["semantic"] is False, q
+    assert run(env, q="kite zebra")["ranking"]["dropped"] == ["zebra"]  # a literal hit embeds nothing else
+
+
+def test_unrelated_and_nonsense_terms_stay_dropped(env):
+    tokens = literal_tokens(env[1])
+    for q in ("xqzvbn", "zebra", "keyboard pizza"):
+        assert not any(photos.token_matches(t, token) for t in photos.query_terms(q) for token in tokens)
+        body = run(env, q=q)
+        assert body["ranking"]["semantic"] is False and body["ranking"]["dropped"] == photos.query_terms(q), q
+        assert body["ranking"]["mode"] == "no-match" and body["total"] == 0
+
+
+def test_at_most_three_terms_are_matched_by_meaning(env):
+    assert stems(run(env, q="halloween")) == ["DSCF0113"]
+    body = run(env, q="seaside coast ocean halloween")  # only the first three unmatched terms are embedded
+    assert body["ranking"]["semantic"] and body["ranking"]["dropped"] == ["halloween"]
+    assert body["ranking"]["mode"] == "partial" and "DSCF0113" not in stems(body)
+    assert stems(body)[0] == "DSCF0102" and body["photos"][0]["matched"] == ["seaside", "coast", "ocean"]
+
+
+def test_without_the_model_queries_answer_lexically(env, tmp_path, checker):
+    settings = make_settings(tmp_path, db_path=env[0].db_path, photos_dir=env[0].photos_dir,
+                             images_dir=env[0].images_dir,
+                             sections={**env[0].sections, "ask": {"model_path": str(tmp_path / "absent.onnx")}})
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        answer = Client(base, checker).get("/photos/query.json", params={"q": "seaside"})
+        assert answer.status_code == 200
+        assert answer.json()["ranking"] == {"mode": "no-match", "terms": ["seaside"], "semantic": False,
+                                            "dropped": ["seaside"]}
+        literal = Client(base, checker).get("/photos/query.json", params={"q": "beach"}).json()
+        assert literal["ranking"]["semantic"] is False and literal["total"] == 3
+
+
 def test_paging_through_ranked_results(env):
     everything = run(env, q="fujifilm x100vi", limit="100")
     page = run(env, q="fujifilm x100vi", limit="2", offset="2")
@@ -236,7 +305,8 @@ def test_results_follow_a_new_ingest(tmp_path):
         assert photos.query(conn, settings, {"q": "harbour"})["total"] == 1
         paths[0].unlink()
         ingest.run_photos(settings)
-        assert photos.query(conn, settings, {"q": "harbour"})["ranking"]["mode"] == "no-match"
+        after = photos.query(conn, settings, {"q": "harbour"})
+        assert after["ranking"]["semantic"] and stems(after) == ["DSCF0102"]  # only the beach, by meaning
         assert photos.query(conn, settings, {})["total"] == 2
     finally:
         conn.close()
