@@ -21,7 +21,8 @@ from siteapi.lens.fetch import Fetcher, fetcher_from_settings
 from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter
 from siteapi.search import search_endpoint
-from siteapi.web import DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, caller, params, wants_markdown
+from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller, params,
+                         wants_markdown)
 
 
 def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
@@ -61,7 +62,8 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
 
     # -- the photo archive -------------------------------------------------------------------------
     def photo_query():
-        return photos.query(conn(), settings, params())
+        query = params()
+        return cached_json(conn(), ("photos", tuple(sorted(query.items()))), lambda: photos.query(conn(), settings, query))
 
     def photo_manifest():
         return photos.manifest(conn(), settings)

@@ -1,12 +1,11 @@
 """/search.json: query terms, FTS5 bm25 ranking (title over description over body), snippets."""
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 
 from siteapi import db
-from siteapi.web import ApiError, Reply, clamp_int
+from siteapi.web import ApiError, Reply, cached_json, clamp_int
 
 MAX_QUERY = 160
 MAX_TERMS = 12
@@ -95,8 +94,4 @@ def search_endpoint(conn: sqlite3.Connection, params, base_url: str) -> Reply:
         raise ApiError(400, "Parameter q is required: send the words to search for, e.g. /search.json?q=carburetor.",
                        code="missing_parameter", parameter="q")
     limit = clamp_int(params.get("limit"), 20, 1, 50)
-    cache = db.versioned_cache(conn)
-    key = ("json", q, limit, base_url)
-    if key not in cache:
-        cache[key] = json.dumps(search(conn, q, limit, base_url), ensure_ascii=False).encode()
-    return Reply(cache[key])
+    return cached_json(conn, ("search", q, limit, base_url), lambda: search(conn, q, limit, base_url))

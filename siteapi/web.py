@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl
 
 import bottle
 
+from siteapi import db
 from siteapi.ratelimit import RateLimiter
 
 log = logging.getLogger("siteapi")
@@ -62,6 +63,15 @@ def clamp_int(raw, default: int, low: int, high: int) -> int:
     except (TypeError, ValueError):
         return default
     return max(low, min(high, value))
+
+
+def cached_json(conn, key: tuple, compute: Callable[[], dict]) -> Reply:
+    """A JSON reply whose encoded body is kept per thread until site.db changes (db.versioned_cache):
+    a repeated query costs a dictionary lookup. Errors raised by `compute` are not cached."""
+    cache = db.versioned_cache(conn)
+    if key not in cache:
+        cache[key] = json.dumps(compute(), ensure_ascii=False).encode()
+    return Reply(cache[key])
 
 
 def params() -> dict[str, str]:
