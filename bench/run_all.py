@@ -35,20 +35,21 @@ def main(names: list[str]) -> int:
     sections = []
     for name in names:
         print(f"running bench_{name}.py ...", file=sys.stderr, flush=True)
-        out = subprocess.run([sys.executable, f"bench_{name}.py", *extra_args(name)], cwd=HERE,
-                             capture_output=True, text=True)
+        args = extra_args(name)
+        out = subprocess.run([sys.executable, f"bench_{name}.py", *args], cwd=HERE, capture_output=True, text=True)
         if out.returncode != 0:
             sections.append(f"## bench_{name}.py failed\n\n```\n{out.stderr[-2000:]}\n```\n")
         else:
             body = out.stdout.strip()
             if not body.startswith("## "):  # scripts that print plain figures get a heading and a code block
-                body = f"## bench_{name}.py\n\n`.venv/bin/python bench/bench_{name}.py`\n\n```\n{body}\n```"
-            sections.append(body + "\n")
+                command = " ".join([f".venv/bin/python bench/bench_{name}.py", *args]).replace(str(HERE), "bench")
+                body = f"## bench_{name}.py\n\n`{command}`\n\n```\n{body}\n```"
+            sections.append(body + "\n\n")
     header = [
         "# Benchmark results", "",
         f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {platform.python_version()}, "
         f"2 cores, by `.venv/bin/python bench/run_all.py {' '.join(names)}` (or `make bench`). "
-        "Targets are ratios measured side by side in one run; absolute figures move with the machine's load.", "",
+        "Targets are ratios measured side by side in one run; absolute figures move with the machine's load.", "", "",
     ]
     (HERE / "RESULTS.md").write_text("\n".join(header) + "\n".join(sections))
     print((HERE / "RESULTS.md").read_text())

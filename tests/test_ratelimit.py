@@ -1,13 +1,21 @@
 """Rate limits on the real server: exact under 8 concurrent threads, the 429's headers, and a
 second caller unaffected. Callers are told apart by X-Forwarded-For from the trusted proxy."""
 import dataclasses
+import os
+import shutil
+import socket
+import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 
 from app import make_app
 from servers import serve_wsgi
 from siteapi.config import RatePolicy
+from siteapi.ratelimit import RateLimiter
+from test_stack_e2e import free_port
 
 
 def test_quota_is_exact_under_concurrency(site_settings):
@@ -38,3 +46,48 @@ def test_untrusted_forwarded_for_is_ignored(site_settings):
         codes = [requests.get(base + "/robots.txt", headers={"X-Forwarded-For": f"192.0.2.{i}"}, timeout=30).status_code
                  for i in range(3)]
     assert codes == [200, 200, 429]  # spoofed addresses do not buy a fresh budget
+
+
+def test_memory_windows_move_and_forget_idle_callers(monkeypatch):
+    from siteapi import ratelimit
+
+    clock = [1000.0]
+    monkeypatch.setattr(ratelimit.time, "monotonic", lambda: clock[0])
+    windows = ratelimit.MemoryWindows()
+    key = ("read", "203.0.113.1", 60)
+    assert [windows.hit(key, 2, 60)[:2] for _ in range(3)] == [(True, 1), (True, 0), (False, 0)]
+    clock[0] += 30
+    allowed, remaining, reset = windows.hit(key, 2, 60)
+    assert (allowed, remaining) == (False, 0) and reset == 30  # the first hit frees a unit at 60 s
+    clock[0] += 30
+    assert windows.hit(key, 2, 60)[:2] == (True, 1)  # both old hits left the window; this one is in
+    clock[0] += 120
+    windows.PRUNE_EVERY = 1
+    windows.hit(("read", "198.51.100.2", 60), 2, 60)
+    assert key not in windows._hits  # an idle caller's history is dropped
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None and not os.environ.get("CI"),
+                    reason="redis-server is not installed")
+def test_several_processes_share_counts_through_redis(tmp_path):
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        policies = {"read": RatePolicy("read", 3, 60)}
+        one = RateLimiter(policies, f"redis://127.0.0.1:{port}")
+        two = RateLimiter(policies, f"redis://127.0.0.1:{port}")  # another app process
+        answers = [one.hit("read", "a"), two.hit("read", "a"), one.hit("read", "a"), two.hit("read", "a")]
+        assert [d.allowed for d in answers] == [True, True, True, False]
+        assert [d.remaining for d in answers[:3]] == [2, 1, 0]
+        assert answers[3].headers()["RateLimit"].startswith('"read";r=0;t=') and 1 <= answers[3].reset <= 60
+        assert two.hit("read", "b").allowed
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
