@@ -59,7 +59,8 @@ def run_job(settings: Settings, name: str) -> tuple[bool, str]:
         try:
             summary = JOBS[name].run(settings)
         except Exception as exc:  # any failure is recorded; the job's last good data stays
-            log.exception("job %s failed", name)
+            log.error("job %s failed: %s", name, exc)
+            log.debug("job %s traceback", name, exc_info=True)
             db.finish_job_run(conn, run_id, False, error=f"{type(exc).__name__}: {exc}")
             return False, str(exc)
         summary = f"{summary} ({time.monotonic() - started:.1f}s)"

@@ -67,10 +67,12 @@ def main() -> int:
     }
     caddy = shutil.which("caddy")
     if caddy:
-        Path(settings.access_log or ROOT / "var" / "access.log").parent.mkdir(parents=True, exist_ok=True)
+        access_log = Path(settings.access_log or ROOT / "var" / "access.log")
+        access_log.parent.mkdir(parents=True, exist_ok=True)
+        access_log.touch()  # the ledger job may read before Caddy's first request creates it
         env.update({"SITE_ADDRESS": f":{ports['caddy']}", "SITE_IMAGES_DIR": str(settings.images_dir),
                     "SITE_PHOTOS_DIR": str(settings.photos_dir),
-                    "SITE_ACCESS_LOG": str(settings.access_log or ROOT / "var" / "access.log")})
+                    "SITE_ACCESS_LOG": str(access_log)})
         commands["caddy"] = [caddy, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"]
     procs = {name: subprocess.Popen(cmd, cwd=ROOT, env=env) for name, cmd in commands.items()}
     print(f"\n  app        http://127.0.0.1:{ports['app']}/", flush=True)
