@@ -83,7 +83,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
 
     # -- live feeds (stored by jobs.py, served from site.db) ----------------------------------------
     def now_playing():
-        return tracks.now_playing(settings)[1]
+        return tracks.now_playing(settings)
 
     def neighborhood():
         return Reply(around.report(conn()), headers={"X-Robots-Tag": "noindex"})
@@ -92,10 +92,10 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         return around.changes(conn(), params().get("limit", 50))
 
     def coffee_slots():
-        return coffee.availability(conn(), settings)[1]
+        return coffee.availability(conn(), settings)
 
     def crawl_ledger():
-        return ledger.ledger(conn(), settings)[1]
+        return ledger.ledger(conn(), settings)
 
     # -- the lens ------------------------------------------------------------------------------------
     def lens_fetch():

@@ -94,8 +94,8 @@ def by_day(slots) -> dict[str, list[str]]:
 def test_slots_follow_the_calendar_and_survive_dst(tmp_path, feed):
     settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
     assert "busy intervals" in run_calendar(settings, now=NOW)
-    status, body = read(settings, NOW + dt.timedelta(minutes=2))
-    assert status == 200 and body["available"] is True and body["stale"] is False and body["source"] == "fresh"
+    body = read(settings, NOW + dt.timedelta(minutes=2))
+    assert body["available"] is True and body["stale"] is False and body["source"] == "fresh"
     assert body["timezone"] == "America/New_York" and body["bookingUrl"] == "https://aadhar.sh/coffee/book"
     days = by_day(body["slots"])
     assert sorted(days) == ["2027-03-11", "2027-03-12", "2027-03-15", "2027-03-17", "2027-03-18", "2027-03-19",
@@ -122,7 +122,7 @@ def test_fall_back_week_has_every_slot_once(tmp_path, feed):
     now = dt.datetime(2026, 10, 28, 12, tzinfo=UTC)  # clocks fall back on Sunday 1 November 2026
     settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
     run_calendar(settings, now=now)
-    days = by_day(read(settings, now)[1]["slots"])
+    days = by_day(read(settings, now)["slots"])
     assert all(times == GRID for times in days.values()) and len(days) == 9  # 29 Oct to 10 Nov
     assert "2026-10-30" in days and "2026-11-02" in days
 
@@ -130,7 +130,7 @@ def test_fall_back_week_has_every_slot_once(tmp_path, feed):
 def test_caps_notice_and_horizon(tmp_path, feed):
     settings = settings_for(tmp_path)
     run_calendar(settings, now=NOW)
-    slots = read(settings, NOW)[1]["slots"]
+    slots = read(settings, NOW)["slots"]
     assert all(s["startMs"] >= (NOW + dt.timedelta(hours=24)).timestamp() * 1000 for s in slots)
     assert all(s["startMs"] <= (NOW + dt.timedelta(days=14)).timestamp() * 1000 for s in slots)
     days = by_day(slots)
@@ -153,8 +153,8 @@ def test_fails_closed_when_never_read_or_stale(tmp_path, feed):
     assert err.body["slots"] == [] and err.body["available"] is False and err.body["source"] == "none"
     assert err.body["bookingUrl"] == "https://aadhar.sh/coffee/book"
     run_calendar(settings, now=NOW)
-    status, body = read(settings, NOW + dt.timedelta(minutes=10))
-    assert status == 200 and body["stale"] is True and body["source"] == "stale" and body["slots"]
+    body = read(settings, NOW + dt.timedelta(minutes=10))
+    assert body["stale"] is True and body["source"] == "stale" and body["slots"]
     with pytest.raises(ApiError) as caught:
         read(settings, NOW + dt.timedelta(minutes=16))
     assert caught.value.status == 503 and caught.value.body["slots"] == [] and caught.value.body["ageSeconds"] == 960
@@ -183,11 +183,11 @@ MINUTELY = calendar(event("spam", "DTSTART:20270301T100000Z", "DTEND:20270301T10
 def test_faults_keep_the_last_busy_list(tmp_path, feed, fault, ics, message):
     settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
     run_calendar(settings, now=NOW)
-    before = read(settings, NOW)[1]
+    before = read(settings, NOW)
     feed.fault, feed.ics = fault, ics or feed.ics
     with pytest.raises(FeedError, match=message):
         run_calendar(settings, now=NOW + dt.timedelta(minutes=5))
-    assert read(settings, NOW)[1] == before
+    assert read(settings, NOW) == before
 
 
 def test_feed_down_or_unset(tmp_path, feed, monkeypatch):

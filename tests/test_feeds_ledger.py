@@ -58,7 +58,7 @@ def settings_for(tmp_path, log):
 
 
 def hits(settings) -> dict[str, int]:
-    return {item["bot"]: item["hits"] for item in ledger(db.connect(settings.db_path, readonly=True), settings)[1]["line_items"]}
+    return {item["bot"]: item["hits"] for item in ledger(db.connect(settings.db_path, readonly=True), settings)["line_items"]}
 
 
 def append(path, *lines: str):
@@ -95,8 +95,8 @@ def test_counts_crawlers_and_skips_what_it_should(tmp_path, log):
     summary = run_ledger(settings)
     assert "read 13 log lines" in summary and "3 malformed lines skipped" in summary
     assert hits(settings) == {"gptbot": 3, "claudebot": 1, "chatgpt-user": 1}  # 40-day-old hit outside the window
-    status, body = ledger(db.connect(settings.db_path, readonly=True), settings)
-    assert status == 200 and body["ok"] is True and body["window_days"] == 30 and body["rate_usd"] == 0.01
+    body = ledger(db.connect(settings.db_path, readonly=True), settings)
+    assert body["ok"] is True and body["window_days"] == 30 and body["rate_usd"] == 0.01
     assert body["total_hits"] == 5 and body["total_usd"] == 0.05 and "commentary" in body["note"]
     gpt = body["line_items"][0]
     assert gpt["bot"] == "gptbot" and gpt["owner"] == "OpenAI" and gpt["kind"] and gpt["amountUsd"] == 0.03

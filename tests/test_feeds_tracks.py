@@ -37,8 +37,8 @@ def test_reads_every_page_and_serves_the_tracks(tmp_path, spotify):
     assert "5 tracks" in run_tracks(settings)
     pages = [p for _, p, _ in spotify.requests if "/tracks?" in p]
     assert len(pages) == 2  # items 0-1 came inside the playlist; 2-3 and 4-5 are followed via `next`
-    status, body = now_playing(settings)
-    assert status == 200 and body["playlist_name"] == "rn" and body["count"] == 5
+    body = now_playing(settings)
+    assert body["playlist_name"] == "rn" and body["count"] == 5
     assert body["playlist_id"] == spotify.playlist_id and body["fetched_at"].endswith("Z")
     first = body["tracks"][0]
     assert first["title"] == "Song 0" and first["artists_text"] == "Artist 0, Guest"
@@ -61,7 +61,7 @@ def test_expired_token_is_refreshed_once(tmp_path, spotify):
     spotify.expire_tokens()
     run_tracks(settings)
     assert spotify.tokens_issued == 2
-    assert now_playing(settings)[1]["count"] == 5
+    assert now_playing(settings)["count"] == 5
 
 
 def test_refused_credentials_fail_and_nothing_stored_is_a_502(tmp_path, spotify, monkeypatch):
@@ -83,11 +83,11 @@ def test_refused_credentials_fail_and_nothing_stored_is_a_502(tmp_path, spotify,
 def test_faults_keep_the_last_good_copy(tmp_path, spotify, fault, message):
     settings = settings_for(tmp_path, spotify)
     run_tracks(settings)
-    before = now_playing(settings)[1]
+    before = now_playing(settings)
     spotify.fault = fault
     with pytest.raises(FeedError, match=message):
         run_tracks(settings)
-    assert now_playing(settings)[1] == before
+    assert now_playing(settings) == before
 
 
 def test_service_down_keeps_the_copy_and_empty_store_answers_502(tmp_path, spotify):
@@ -96,7 +96,7 @@ def test_service_down_keeps_the_copy_and_empty_store_answers_502(tmp_path, spoti
     spotify.close()
     with pytest.raises(FeedError, match="could not be reached"):
         run_tracks(settings)
-    assert now_playing(settings)[1]["count"] == 5
+    assert now_playing(settings)["count"] == 5
     (tmp_path / "other").mkdir()
     other = make_settings(tmp_path / "other", {"playlist_id": "another", "spotify_api_base": spotify.api_base})
     db.writer(other.db_path).close()  # storage exists, but the playlist was never read
@@ -107,7 +107,7 @@ def test_service_down_keeps_the_copy_and_empty_store_answers_502(tmp_path, spoti
 def test_long_playlists_stop_at_max_tracks(tmp_path, spotify):
     settings = settings_for(tmp_path, spotify, max_tracks=3)
     assert "3 tracks" in run_tracks(settings)
-    assert [t["title"] for t in now_playing(settings)[1]["tracks"]] == ["Song 0", "Song 1", "Song 2"]
+    assert [t["title"] for t in now_playing(settings)["tracks"]] == ["Song 0", "Song 1", "Song 2"]
 
 
 def test_next_page_outside_the_api_is_refused(tmp_path, spotify):

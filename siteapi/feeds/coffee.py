@@ -206,7 +206,7 @@ def open_slots(r: dict, busy: list[tuple[int, int]], now: dt.datetime) -> list[d
     return slots
 
 
-def availability(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -> tuple[int, dict]:
+def availability(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -> dict:
     """(200, Availability body), or raise ApiError 503 with the same body, `slots: []`, Retry-After 60."""
     r = rules(settings)
     now = (now or dt.datetime.now(UTC)).astimezone(UTC)
@@ -232,4 +232,4 @@ def availability(conn: sqlite3.Connection, settings, now: dt.datetime | None = N
     fresh = age <= FRESH_SECONDS
     body.update(available=True, stale=not fresh, source="fresh" if fresh else "stale",
                 slots=open_slots(r, [(row[0], row[1]) for row in busy], now))
-    return 200, body
+    return body

@@ -188,7 +188,7 @@ def _body(rate: float) -> dict:
             "cost": {"available": False, "reason": "this deployment reports no hosting spend"}}
 
 
-def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -> tuple[int, dict]:
+def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -> dict:
     """(200, Ledger body), or ApiError 503 `not_configured` / 502 `upstream_failed` carrying the Ledger body."""
     rate = option(settings, "ledger_rate_usd", 0.01)
     body = _body(rate)
@@ -227,4 +227,4 @@ def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -
     total = sum(i["hits"] for i in items)
     body.update(ok=True, since=since, updated_at=state["read_at"], line_items=items,
                 total_hits=total, total_usd=round(total * rate, 2))
-    return 200, body
+    return body

@@ -213,7 +213,7 @@ def _error(status: int, sentence: str, code: str) -> ApiError:
     return ApiError(status, sentence, code=code, tracks=[])
 
 
-def now_playing(settings) -> tuple[int, dict]:
+def now_playing(settings) -> dict:
     """(200, Tracks body) from the stored copy, or raise ApiError with the §4.8 status and code."""
     playlist_id = option(settings, "playlist_id", "").strip()
     if not playlist_id:
@@ -241,7 +241,7 @@ def now_playing(settings) -> tuple[int, dict]:
         }
         for r in rows
     ]
-    return 200, {
+    return {
         "playlist_id": head["playlist_id"],
         "playlist_name": head["playlist_name"],
         "playlist_url": head["playlist_url"],
