@@ -326,3 +326,44 @@ class DnsServer:
         self.running = False
         self.thread.join(2)
         self.sock.close()
+
+
+# --- a CDN's agent-readiness scanner, spoken as MCP JSON-RPC (for mode=cloudflare) ----------------
+
+class Scanner(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.calls.append(message["method"])
+        if message["method"] == "initialize":
+            result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "scanner"}}
+            body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
+            self.reply(body, "application/json", {"Mcp-Session-Id": "s1"})
+        elif message["method"] == "tools/call" and self.headers.get("Mcp-Session-Id") == "s1":
+            assert message["params"] == {"name": "scan_site", "arguments": {"url": message["params"]["arguments"]["url"], "profile": "all"}}
+            text = "## Results\nLevel 3/5 — Agent-Readable\n18 checks"
+            body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"content": [{"type": "text", "text": text}]}})
+            self.reply(f"event: message\ndata: {body}\n\n", "text/event-stream")
+        else:
+            self.reply(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": {"code": -32600, "message": "no"}}),
+                       "application/json", status=400)
+
+    def reply(self, body: str, content_type: str, headers: dict | None = None, status: int = 200):
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def start_scanner() -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """The fake scanner on a loopback port; `server.calls` records the JSON-RPC methods it got."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Scanner)
+    server.calls = []
+    server.stopping = threading.Event()
+    return start_thread(server)

@@ -2,30 +2,23 @@
 fixture webs: /lens/fetch (page phase, full scan, mode=cloudflare), /lens/compare.json with its own
 budget, /lens/census.json. Every JSON answer is validated against /openapi.json."""
 import dataclasses
-import threading
-from http.server import ThreadingHTTPServer
 
 import pytest
 
 import lens_web
 from app import make_app
 from conftest import Client, build_site, make_settings
-from lens_sites import site_fetcher
-from servers import serve_wsgi
+from lens_sites import site_fetcher, start_scanner
+from servers import serve_wsgi, stop_thread
 from siteapi.config import RatePolicy
 from siteapi.lens import census
-from test_lens_scan import Scanner
 
 
 @pytest.fixture(scope="module")
 def scanner():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Scanner)
-    server.calls = []
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
+    server, thread = start_scanner()
     yield server
-    server.shutdown()
-    server.server_close()
+    stop_thread(server, thread)
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lens_sites import DnsServer, site_fetcher
+from lens_sites import DnsServer, site_fetcher, start_scanner
+from servers import stop_thread
 from siteapi import db
 from siteapi.config import load_settings
 from siteapi.lens import discovery, scan
@@ -218,46 +217,11 @@ def test_compare_reports_changes_and_names_the_side(sites, dns_server, settings)
 
 # --- mode=cloudflare against a loopback MCP scanner ------------------------------------------------
 
-class Scanner(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.calls.append(message["method"])
-        if message["method"] == "initialize":
-            result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "scanner"}}
-            body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
-            self.reply(body, "application/json", {"Mcp-Session-Id": "s1"})
-        elif message["method"] == "tools/call" and self.headers.get("Mcp-Session-Id") == "s1":
-            assert message["params"] == {"name": "scan_site", "arguments": {"url": message["params"]["arguments"]["url"], "profile": "all"}}
-            text = "## Results\nLevel 3/5 — Agent-Readable\n18 checks"
-            body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"content": [{"type": "text", "text": text}]}})
-            self.reply(f"event: message\ndata: {body}\n\n", "text/event-stream")
-        else:
-            self.reply(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": {"code": -32600, "message": "no"}}),
-                       "application/json", status=400)
-
-    def reply(self, body: str, content_type: str, headers: dict | None = None, status: int = 200):
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-
 @pytest.fixture
 def scanner():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Scanner)
-    server.calls = []
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
+    server, thread = start_scanner()
     yield server
-    server.shutdown()
-    server.server_close()
+    stop_thread(server, thread)
 
 
 def test_cloudflare_mode_reads_the_scanner_and_caches(scanner, settings, tmp_path):

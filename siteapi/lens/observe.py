@@ -10,26 +10,37 @@ import logging
 
 from ..web import ApiError
 from . import cost, page
-from .fetch import USER_AGENT, FetchFailed, Fetcher, FetchRefused, FetchResult, fetcher_from_settings, lens_settings
+from .fetch import (USER_AGENT, FetchFailed, Fetcher, FetchRefused, FetchResult, Target, fetcher_from_settings,
+                    lens_settings)
 
 log = logging.getLogger(__name__)
 PHASES = ("page",)
 
 
+def checked(url: str | None, fetcher: Fetcher, parameter: str = "url", side: str | None = None) -> Target:
+    """The URL someone sent, normalised and checked against the fetcher's rules before any network
+    step; ApiError 400 naming the parameter (and the side of a comparison) when missing or refused."""
+    where = {"parameter": parameter, **({"side": side} if side else {})}
+    if url is None or not str(url).strip():
+        raise ApiError(400, f"Send the address to inspect as {parameter}, for example "
+                       f"{parameter}=https://example.com/.", code="missing_url", ok=False, **where)
+    try:
+        return fetcher.check(str(url))
+    except FetchRefused as refused:
+        sentence = f"The {side} URL is refused: {refused}" if side else str(refused)
+        raise ApiError(400, sentence, code="url_refused", ok=False, **where) from None
+
+
 def inspect(url: str | None, settings, phases: str | None = "page", fetcher: Fetcher | None = None) -> dict:
     """The LensObservation for `url`. Raises ApiError 400 (missing/refused URL, bad phases) or 502."""
-    if url is None or not str(url).strip():
-        raise ApiError(400, "Send the address to inspect as url, for example /lens/fetch?url=https://example.com/.",
-                       code="missing_url", ok=False, parameter="url")
+    fetcher = fetcher or fetcher_from_settings(settings)
+    target = checked(url, fetcher)
     if phases not in (None, "", *PHASES):
         raise ApiError(400, "phases accepts only page (the fields derived from the page itself); leave it out for the full scan.",
                        code="bad_phases", ok=False, parameter="phases")
     conf = lens_settings(settings)
-    fetcher = fetcher or fetcher_from_settings(settings)
     try:
-        result = fetcher.fetch(str(url))
-    except FetchRefused as refused:
-        raise ApiError(400, str(refused), code="url_refused", ok=False, parameter="url") from None
+        result = fetcher.fetch(target.url)
     except FetchFailed as failed:
         raise ApiError(502, str(failed), code="upstream_failed", ok=False) from None
     return observation(result, conf, settings.site_host if settings is not None else "aadhar.sh")

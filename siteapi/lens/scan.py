@@ -70,11 +70,6 @@ def _dns_client(conf: dict) -> DnsClient:
     return DnsClient([host] + [s.partition("#")[0] for s in servers[1:]], int(port or 53))
 
 
-def _missing_url(parameter: str = "url") -> ApiError:
-    return ApiError(400, f"Send the address to inspect as {parameter}, for example {parameter}=https://example.com/.",
-                    code="missing_url", ok=False, parameter=parameter)
-
-
 def _result(future: Future, fallback):
     if future.done() and not future.cancelled():
         try:
@@ -87,15 +82,10 @@ def _result(future: Future, fallback):
 def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: bool = True,
          conn: sqlite3.Connection | None = None, dns: DnsClient | None = None) -> dict:
     """The full LensObservation. Raises ApiError 400 (missing/refused URL) or 502 (page failed)."""
-    if url is None or not str(url).strip():
-        raise _missing_url()
     conf, page_conf = scan_settings(settings), lens_settings(settings)
     fetcher = fetcher or fetcher_from_settings(settings)
     dns = dns or _dns_client(conf)
-    try:
-        target = fetcher.check(str(url))
-    except FetchRefused as refused:
-        raise ApiError(400, str(refused), code="url_refused", ok=False, parameter="url") from None
+    target = observe.checked(url, fetcher)
     origin = discovery.origin_of(target.url, fetcher.policy)
     deadline = time.monotonic() + conf["scan_timeout_s"]
     sub = Subrequests(fetcher, deadline, conf["subrequest_cap"], conf["probe_timeout_s"])
@@ -306,14 +296,7 @@ def compare(left: str | None, right: str | None, settings, fetcher: Fetcher | No
     """LensComparison of two URLs (no bot views). 400 names the side refused; 502 the side that failed."""
     fetcher = fetcher or fetcher_from_settings(settings)
     for side, value in (("left", left), ("right", right)):
-        if value is None or not str(value).strip():
-            raise ApiError(400, f"Send both URLs: {side} is missing (for example {side}=https://example.com/).",
-                           code="missing_url", ok=False, parameter=side, side=side)
-        try:
-            fetcher.check(str(value))
-        except FetchRefused as refused:
-            raise ApiError(400, f"The {side} URL is refused: {refused}", code="url_refused", ok=False,
-                           parameter=side, side=side) from None
+        observe.checked(value, fetcher, parameter=side, side=side)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="lens-compare") as pool:
         futures = {side: pool.submit(scan, value, settings, fetcher, False, None, dns)
                    for side, value in (("left", left), ("right", right))}
@@ -376,14 +359,9 @@ def _read_level(result) -> tuple[int, str | None]:
 def cloudflare_mode(url: str | None, settings, conn: sqlite3.Connection | None = None,
                     fetcher: Fetcher | None = None) -> dict:
     """That CDN's agent-readiness level for `url`, cached; `available:false` with `error` when unreadable."""
-    if url is None or not str(url).strip():
-        raise _missing_url()
     conf = scan_settings(settings)
     fetcher = fetcher or fetcher_from_settings(settings)
-    try:
-        target = fetcher.check(str(url))
-    except FetchRefused as refused:
-        raise ApiError(400, str(refused), code="url_refused", ok=False, parameter="url") from None
+    target = observe.checked(url, fetcher)
     source_url = conf["cloudflare_report_url"] + "?url=" + quote(target.url, safe="")
     base = {"ok": True, "source": SCANNER_SOURCE, "sourceUrl": source_url}
     cached = _mode_cache_read(conn, target.url, conf["cloudflare_cache_hours"])

@@ -16,6 +16,7 @@ from .. import db
 from ..web import ApiError
 from . import page
 from .fetch import ACCEPT_ENCODING, ACCEPT_HTML, FetchFailed, Fetcher, FetchRefused, FetchResult
+from .observe import checked
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS representation_snapshots (
@@ -84,13 +85,7 @@ def capture(conn: sqlite3.Connection, url: str, profiles=None, fetcher: Fetcher 
     """Fetch `url` as each profile and store one row per profile. Returns {ok, url, snapshots}."""
     names = parse_profiles(profiles)
     fetcher = fetcher or Fetcher()
-    if url is None or not str(url).strip():
-        raise ApiError(400, "Send the address to capture as url, for example https://example.com/.",
-                       code="missing_url", parameter="url")
-    try:
-        target = fetcher.check(str(url))
-    except FetchRefused as refused:
-        raise ApiError(400, str(refused), code="url_refused", parameter="url") from None
+    target = checked(url, fetcher)
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         rows = list(pool.map(lambda name: _observe(fetcher, target.url, name), names))
     ids = _store(conn, rows)
