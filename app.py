@@ -110,7 +110,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         if phases is not None:
             return observe.inspect(url, settings, phases, fetcher=fetcher)
         with closing(db.connect(settings.db_path)) as cache:  # the per-origin discovery cache
-            return scan.scan(url, settings, fetcher=fetcher, conn=cache)
+            return scan.scan(url, settings, fetcher=fetcher, conn=cache, bot_views=query.get("botViews") != "0")
 
     def lens_compare():
         query = params()

@@ -108,3 +108,11 @@ def test_rich_page_phase_validates(tmp_path, checker):
         assert r.status_code == 200 and r.json()["structured"]["jsonld"]
     finally:
         lens_web.stop(sites, thread)
+
+
+def test_full_scan_without_bot_views(lens_api, sites):
+    r = lens_api.get("/lens/fetch", params={"url": sites.url("blog.test"), "botViews": "0"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["phases"]["discovery"] is True and body["phases"]["botViews"] is False
+    assert body["botViews"] == [] and body["readiness"]["checks"]
