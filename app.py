@@ -127,16 +127,13 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         profile = 'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"'
         return Reply(openapi.catalog(settings), content_type=profile, cache=DOC_CACHE)
 
-    def api_list():
-        return openapi.api_endpoints(openapi.document(settings))
-
     def llms_txt():
-        return Reply(pages.llms_txt(conn(), settings, api_list()), content_type="text/plain; charset=utf-8",
-                     cache=DOC_CACHE)
+        return Reply(pages.llms_txt(conn(), settings, openapi.api_endpoints()),
+                     content_type="text/plain; charset=utf-8", cache=DOC_CACHE)
 
     def llms_full_txt():
-        return Reply(pages.llms_full_txt(conn(), settings, api_list()), content_type="text/plain; charset=utf-8",
-                     cache=DOC_CACHE)
+        return Reply(pages.llms_full_txt(conn(), settings, openapi.api_endpoints()),
+                     content_type="text/plain; charset=utf-8", cache=DOC_CACHE)
 
     def sitemap():
         return Reply(pages.sitemap_xml(conn(), settings, ["/developers"]), content_type="application/xml",

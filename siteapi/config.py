@@ -19,6 +19,14 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Every policy a route or tool spends, (quota, window seconds); [rate] <name>_q / <name>_w override,
+# and a <name>_q there declares a further one.
+DEFAULT_RATES = {
+    "read": (120, 60), "inspect": (30, 60), "compare": (4, 60), "ask_model": (20, 60), "mcp": (120, 60),
+    "representation_capture": (4, 60), "representation_compare": (8, 60),
+}
+
+
 class SettingsError(ValueError):
     """A setting is missing or malformed; the message names the key."""
 
@@ -125,18 +133,15 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
         raise SettingsError(f"Setting site_host must be a bare host name such as aadhar.sh, not {host!r}.")
 
     rate = data.get("rate", {})
+    names = dict.fromkeys([*DEFAULT_RATES, *(key[:-2] for key in rate if key.endswith("_q"))])
     policies = {}
-    for name in ("read", "inspect", "compare", "ask_model"):
+    for name in names:
+        quota, window = DEFAULT_RATES.get(name, (None, 60))
         policies[name] = RatePolicy(
             name,
-            _positive(f"SITE_RATE_{name.upper()}_Q", rate.get(f"{name}_q")),
-            _positive(f"SITE_RATE_{name.upper()}_W", rate.get(f"{name}_w")),
+            _positive(f"SITE_RATE_{name.upper()}_Q", rate.get(f"{name}_q", quota)),
+            _positive(f"SITE_RATE_{name.upper()}_W", rate.get(f"{name}_w", window)),
         )
-    for key, value in rate.items():  # extra policies later areas declare as <name>_q / <name>_w
-        if key.endswith("_q") and key[:-2] not in policies:
-            name = key[:-2]
-            policies[name] = RatePolicy(name, _positive(f"SITE_RATE_{key.upper()}", value),
-                                        _positive(f"SITE_RATE_{name.upper()}_W", rate.get(f"{name}_w", 60)))
 
     access_log = str(data.get("access_log", "")).strip()
     sections = {k: MappingProxyType(v) for k, v in data.items() if isinstance(v, dict) and k != "rate"}

@@ -125,9 +125,3 @@ def finish_job_run(conn: sqlite3.Connection, run_id: int, ok: bool, summary: str
             "UPDATE job_runs SET finished = ?, ok = ?, summary = ?, error = ? WHERE id = ?",
             (now_iso(), int(ok), summary, error, run_id),
         )
-
-
-def last_good_run(conn: sqlite3.Connection, name: str) -> sqlite3.Row | None:
-    return conn.execute(
-        "SELECT * FROM job_runs WHERE name = ? AND ok = 1 ORDER BY id DESC LIMIT 1", (name,)
-    ).fetchone()

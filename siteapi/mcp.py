@@ -22,7 +22,7 @@ import bottle
 from jsonschema import Draft202012Validator
 
 from siteapi import openapi
-from siteapi.mcp_tools import InProcess, Outcome, Tool, endpoint_tools, snapshot_limiter, snapshot_tools
+from siteapi.mcp_tools import InProcess, Outcome, Tool, endpoint_tools, snapshot_tools
 from siteapi.web import MAX_BODY_BYTES, Reply, body, caller
 
 log = logging.getLogger("siteapi.mcp")
@@ -77,8 +77,7 @@ class McpServer:
         self.instructions = ("Read-only tools over the public API of a personal site: search and ask its pages, "
                              "query its photo archive, inspect public URLs (lens), and read its live feeds. "
                              "No key needed; rate limits are per caller, shared with the HTTP endpoints.")
-        tools = endpoint_tools(doc, InProcess(site.wsgi)) + snapshot_tools(settings, snapshot_limiter(settings),
-                                                                           fetcher)
+        tools = endpoint_tools(doc, InProcess(site.wsgi)) + snapshot_tools(settings, site.limiter, fetcher)
         self.tools: dict[str, Tool] = {t.name: t for t in tools}
         self.validators = {t.name: Draft202012Validator(t.input_schema) for t in tools}
 

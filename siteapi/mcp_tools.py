@@ -22,12 +22,10 @@ from urllib.parse import urlencode
 from wsgiref.util import setup_testing_defaults
 
 from siteapi import db, openapi
-from siteapi.config import RatePolicy
 from siteapi.ratelimit import RateLimiter
 from siteapi.web import ApiError
 
 CALL_TIMEOUT_S = 30
-SNAPSHOT_POLICIES = {"representation_capture": 4, "representation_compare": 8}  # quota per 60 s by default
 
 
 @dataclass
@@ -238,7 +236,8 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher=None) -> list[Tool]:
              "Fetch a public URL as up to four client profiles (browser, bot, markdown, identity; default "
              "browser, markdown and identity) and record how each was answered: status, final URL, caching "
              f"and encoding headers, body size and SHA-256, title and word count. {stores} "
-             f"Limit {SNAPSHOT_POLICIES['representation_capture']} per minute per caller.",
+             f"Limit {limiter.policies['representation_capture'].quota} per "
+             f"{limiter.policies['representation_capture'].window} seconds per caller.",
              {"type": "object", "additionalProperties": False, "required": ["url"], "properties": {
                  "url": {"type": "string", "maxLength": 2048,
                          "description": "Public http(s) URL; https:// is assumed without a scheme."},
@@ -261,8 +260,8 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher=None) -> list[Tool]:
              run=with_conn(None, lambda conn, a, f: vault.read(conn, a["snapshot_id"]))),
         Tool("representation_compare", "Representation Compare",
              "Refetch a stored snapshot's URL with the same profile and list which of its fields changed. "
-             f"Stores one new snapshot row (not read-only). Limit {SNAPSHOT_POLICIES['representation_compare']} "
-             "per minute per caller.",
+             f"Stores one new snapshot row (not read-only). Limit {limiter.policies['representation_compare'].quota} "
+             f"per {limiter.policies['representation_compare'].window} seconds per caller.",
              {"type": "object", "additionalProperties": False, "required": ["snapshot_id"],
               "properties": {"snapshot_id": SNAPSHOT_ID}},
              {"type": "object", "required": ["ok", "before", "after", "changed", "changes"], "properties": {
@@ -273,10 +272,3 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher=None) -> list[Tool]:
              run=with_conn("representation_compare",
                            lambda conn, a, f: vault.compare(conn, a["snapshot_id"], fetcher=f))),
     ]
-
-
-def snapshot_limiter(settings) -> RateLimiter:
-    """The snapshot tools' policies from [rate] <name>_q/_w, with the defaults when absent."""
-    policies = {name: settings.rates.get(name) or RatePolicy(name, quota, 60)
-                for name, quota in SNAPSHOT_POLICIES.items()}
-    return RateLimiter(policies, settings.rate_storage)

@@ -23,9 +23,14 @@ def _load() -> dict:
 
 
 def document(settings) -> dict:
-    """The OpenAPI document with this deployment's server URL."""
+    """The OpenAPI document with this deployment's server URL (built once; callers must not mutate it)."""
+    return _document(settings.public_base_url)
+
+
+@functools.cache
+def _document(base_url: str) -> dict:
     doc = copy.deepcopy(_load())
-    doc["servers"] = [{"url": settings.public_base_url}]
+    doc["servers"] = [{"url": base_url}]
     doc.pop("x-read-headers", None)
     return doc
 
@@ -38,10 +43,10 @@ def operations(doc: dict):
                 yield path, method, item[method]
 
 
-def api_endpoints(doc: dict) -> list[tuple[str, str, str]]:
+def api_endpoints() -> list[tuple[str, str, str]]:
     """(summary, path, description's first sentence) for the JSON API endpoints (not the documents)."""
     out = []
-    for path, method, op in operations(doc):
+    for path, method, op in operations(_load()):
         if "documents" in op.get("tags", []) or method != "get":
             continue
         note = (op.get("description") or op.get("summary", "")).strip().split("\n")[0]

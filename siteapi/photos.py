@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from siteapi import ranker
+from siteapi import ranker, search
 from siteapi.web import ApiError, clamp_int
 
 SCHEMA = """
@@ -69,7 +69,6 @@ CREATE TABLE IF NOT EXISTS photo_vectors (
 
 TEXT_MAX = 120
 LIMIT_DEFAULT, LIMIT_MAX, OFFSET_MAX = 25, 100, 10000
-MAX_TERMS = 12
 COMMON_SHARE, COMMON_MIN_CANDIDATES = 0.9, 4
 FILTERS = {"camera": "camera", "lens": "lens", "film": "film", "recipe": "recipe_text"}
 # Field → weight for `q`; each term scores once, at its best-matching field.
@@ -119,9 +118,8 @@ def _date_param(params: dict, name: str) -> str:
 
 
 def query_terms(q: str) -> list[str]:
-    """Lower-cased tokens longer than one character, the first 12, stopwords dropped."""
-    tokens = [t for t in _SPLIT.split(q.lower()) if len(t) > 1][:MAX_TERMS]
-    return list(dict.fromkeys(t for t in tokens if t not in STOPWORDS))
+    """The site search's tokens (search.tokens) less the photo stopwords; none left means no-terms."""
+    return list(dict.fromkeys(t for t in search.tokens(q) if t not in STOPWORDS))
 
 
 def _plural_stem(term: str) -> str:

@@ -22,12 +22,16 @@ WEIGHTS = (10.0, 4.0, 1.0)
 SNIPPET_BEFORE, SNIPPET_LENGTH = 70, 220
 
 
+def tokens(query: str) -> list[str]:
+    """Lowercase, cut to 160 chars, split on non-alphanumerics, keep tokens > 1 char, first 12."""
+    return [t for t in re.split(r"[^\w]+|_", query.lower()[:MAX_QUERY]) if len(t) > 1][:MAX_TERMS]
+
+
 def terms(query: str) -> list[str]:
-    """Lowercase, cut to 160 chars, split on non-alphanumerics, keep tokens > 1 char, first 12,
-    drop stopwords (or keep the raw tokens when nothing else survives)."""
-    tokens = [t for t in re.split(r"[^\w]+|_", query.lower()[:MAX_QUERY]) if len(t) > 1][:MAX_TERMS]
-    kept = [t for t in tokens if t not in STOPWORDS]
-    return list(dict.fromkeys(kept or tokens))
+    """The query's tokens less stopwords (or the raw tokens when nothing else survives)."""
+    raw = tokens(query)
+    kept = [t for t in raw if t not in STOPWORDS]
+    return list(dict.fromkeys(kept or raw))
 
 
 def stems_pattern(words: list[str]) -> re.Pattern:

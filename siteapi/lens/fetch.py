@@ -245,10 +245,6 @@ def _normalise_host(hostname: str, netloc: str) -> tuple[str, bool]:
 
 # --- decoding -------------------------------------------------------------------------------
 
-class _Undecodable(Exception):
-    pass
-
-
 def _inflate(data: bytes, limit: int, wbits: int) -> bytes:
     out = bytearray()
     pending = data
