@@ -21,8 +21,8 @@ from siteapi.lens.fetch import Fetcher, fetcher_from_settings
 from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter
 from siteapi.search import search_endpoint
-from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller, params,
-                         wants_markdown)
+from siteapi.web import (DOC_CACHE, NO_STORE, WAITRESS_OPTIONS, ApiError, Reply, Site, body, cached_json, caller,
+                         params, wants_markdown)
 
 
 def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
@@ -216,10 +216,7 @@ def serve() -> None:
     except SettingsError as exc:
         sys.exit(f"app: {exc}")
     site = make_app(settings)
-    waitress.serve(site.wsgi, host="127.0.0.1", port=int(os.environ.get("SITE_PORT", "8000")), threads=8,
-                   trusted_proxy="127.0.0.1", trusted_proxy_count=1,
-                   trusted_proxy_headers={"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"},
-                   clear_untrusted_proxy_headers=True, ident="siteapi")
+    waitress.serve(site.wsgi, port=int(os.environ.get("SITE_PORT", "8000")), ident="siteapi", **WAITRESS_OPTIONS)
 
 
 if __name__ == "__main__":

@@ -30,13 +30,11 @@ class Decision:
     remaining: int
     reset: int  # whole seconds until a unit frees up
 
-    def headers(self) -> dict[str, str]:
-        out = {
-            "RateLimit-Policy": f'"{self.policy.name}";q={self.policy.quota};w={self.policy.window}',
-            "RateLimit": f'"{self.policy.name}";r={self.remaining};t={self.reset}',
-        }
+    def headers(self) -> list[tuple[str, str]]:
+        out = [("RateLimit-Policy", f'"{self.policy.name}";q={self.policy.quota};w={self.policy.window}'),
+               ("RateLimit", f'"{self.policy.name}";r={self.remaining};t={self.reset}')]
         if not self.allowed:
-            out["Retry-After"] = str(max(1, min(60, self.reset)))
+            out.append(("Retry-After", str(max(1, min(60, self.reset)))))
         return out
 
 

@@ -9,10 +9,12 @@ format asked for, with `suggestions`.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qsl
@@ -30,10 +32,16 @@ PAGE_CACHE = "public, max-age=0, s-maxage=86400, stale-while-revalidate=604800"
 DOC_CACHE = "public, max-age=3600"
 SUPPORTED_API_VERSIONS = ["1"]
 MAX_QUERY_BYTES = 8192
+MAX_FIELDS = 200
 MAX_BODY_BYTES = 1 << 20
 DOCS_PATH = "/developers"
 _BAD_PATH = re.compile(r"[\x00-\x1f\x7f]|(^|/)\.\.(/|$)")
 EXPOSED = "Link, RateLimit, RateLimit-Policy, Retry-After, x-markdown-tokens, Content-Type"
+# The environ key of the response's convention headers (CORS, Link, rate limits, Cache-Control):
+# kept in wire form and appended by Site.wsgi as the response starts, because Bottle's per-header
+# normalising cost a fifth of /search.json's throughput (bench_search.py). Route-specific headers
+# (Reply.headers) still go through Bottle.
+CONVENTION_HEADERS = "siteapi.convention_headers"
 
 
 class ApiError(Exception):
@@ -58,6 +66,8 @@ class Reply:
 
 def clamp_int(raw, default: int, low: int, high: int) -> int:
     """Clamp, don't reject: a non-number falls back to the default, out of range is clamped."""
+    if raw is None:
+        return default
     try:
         value = int(str(raw).strip())
     except (TypeError, ValueError):
@@ -74,13 +84,33 @@ def cached_json(conn, key: tuple, compute: Callable[[], dict]) -> Reply:
     return Reply(cache[key])
 
 
+@functools.lru_cache(maxsize=512)  # repeated query strings are the common case; parsing is a tenth of a request
+def _query_pairs(query_string: str) -> tuple[tuple[str, str], ...]:
+    try:
+        return tuple(parse_qsl(query_string, keep_blank_values=True, errors="replace", max_num_fields=MAX_FIELDS))
+    except ValueError:
+        raise ApiError(400, f"The query string has more than {MAX_FIELDS} parameters; send only the ones "
+                       "the endpoint reads (see /openapi.json).", code="too_many_parameters") from None
+
+
 def params() -> dict[str, str]:
     """The query string as text (UTF-8, bad bytes replaced), first value of each name."""
     out: dict[str, str] = {}
-    for key, value in parse_qsl(bottle.request.environ.get("QUERY_STRING", ""), keep_blank_values=True,
-                                errors="replace", max_num_fields=200):
+    for key, value in _query_pairs(bottle.request.environ.get("QUERY_STRING", "")):
         out.setdefault(key, value)
     return out
+
+
+# waitress behind the trusted local proxy (Caddy), whose X-Forwarded-For becomes REMOTE_ADDR;
+# app.serve(), the tests and bench/ceiling_app.py all run under these. send_bytes=18000 (waitress's
+# default before 1.0, still honoured by 3.0 with a deprecation warning) lets a worker leave a response
+# under 18 KB to the main loop, which sends status, headers and body in one write instead of two:
+# /search.json 3,900 -> 5,600 requests/s and the constant-JSON ceiling 5,200 -> 8,500 (bench_search.py).
+# The price: an /ask event stream leaves in 18 KB pieces, so a short one arrives whole when ranked.
+WAITRESS_OPTIONS = dict(host="127.0.0.1", threads=8, trusted_proxy="127.0.0.1", trusted_proxy_count=1,
+                        trusted_proxy_headers={"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"},
+                        clear_untrusted_proxy_headers=True, send_bytes=18000)
+warnings.filterwarnings("ignore", "send_bytes will be removed", DeprecationWarning)
 
 
 def caller() -> str:
@@ -142,7 +172,7 @@ class Site:
         self.render_error = render_error  # (format, error body, path) -> (content type, text)
         self.app = bottle.Bottle()
         self.app.config["catchall"] = False
-        self.link_header = ", ".join([
+        link_header = ", ".join([
             '</openapi.json>; rel="service-desc"; type="application/openapi+json"',
             '</developers>; rel="service-doc"; type="text/html"',
             '</.well-known/api-catalog>; rel="api-catalog"; type="application/linkset+json"',
@@ -151,6 +181,8 @@ class Site:
             '</mcp/server-card>; rel="service-meta"; type="application/mcp-server-card+json"',
             '</.well-known/mcp/server-card.json>; rel="service-meta"; type="application/json"',
         ])
+        self.static_headers = [("Link", link_header), ("Access-Control-Allow-Origin", "*"),
+                               ("Access-Control-Expose-Headers", EXPOSED), ("X-Content-Type-Options", "nosniff")]
         self.routes: list[tuple[str, tuple[str, ...], str]] = []
 
     # -- declaring routes ------------------------------------------------------------------------
@@ -186,34 +218,36 @@ class Site:
         if len(environ.get("QUERY_STRING", "")) > MAX_QUERY_BYTES:
             return self._early(environ, start_response, 414, f"The query string is longer than {MAX_QUERY_BYTES} "
                                "bytes; send shorter parameters.", "uri_too_long")
-        return self.app(environ, start_response)
+        convention_headers = environ[CONVENTION_HEADERS] = list(self.static_headers)
+
+        def start(status, headers, exc_info=None):
+            return start_response(status, headers + convention_headers, exc_info)
+
+        return self.app(environ, start)
 
     # -- serving ---------------------------------------------------------------------------------
     def serve(self, handler, url_args, allowed, policy, cache, unknown_method_status=405):
         request, response = bottle.request, bottle.response
         method = request.method.upper()
-        self._common_headers(response)
         try:
             if method == "OPTIONS" and "OPTIONS" in allowed:
                 response.status = 204
-                response.set_header("Allow", ", ".join(allowed))
-                response.set_header("Access-Control-Allow-Methods", ", ".join(allowed))
-                response.set_header("Access-Control-Allow-Headers", "*")
-                response.set_header("Access-Control-Max-Age", "86400")
+                request.environ[CONVENTION_HEADERS] += [
+                    ("Allow", ", ".join(allowed)), ("Access-Control-Allow-Methods", ", ".join(allowed)),
+                    ("Access-Control-Allow-Headers", "*"), ("Access-Control-Max-Age", "86400")]
                 return b""
             if method not in allowed:
                 if unknown_method_status == 404:
                     return handler()  # the fallback: an unknown path is a 404 whatever the method
                 raise ApiError(405, f"{request.path} answers {', '.join(allowed)}, not {method}.",
                                code="method_not_allowed", headers={"Allow": ", ".join(allowed)}, allow=list(allowed))
-            version = request.headers.get("API-Version")
+            version = request.environ.get("HTTP_API_VERSION")
             if version is not None and version.strip() not in SUPPORTED_API_VERSIONS:
                 raise ApiError(400, f"API-Version {version.strip()[:20]!r} is not served; send API-Version: 1 "
                                "or leave the header out.", code="unsupported_api_version",
                                supported=SUPPORTED_API_VERSIONS)
             decision = self.limiter.hit(policy, caller())
-            for name, value in decision.headers().items():
-                response.set_header(name, value)
+            request.environ[CONVENTION_HEADERS] += decision.headers()
             if not decision.allowed:
                 raise ApiError(429, f"Too many requests: the {policy} budget is {decision.policy.quota} per "
                                f"{decision.policy.window} seconds per caller; retry in {decision.reset} seconds.",
@@ -228,25 +262,25 @@ class Site:
                                         f"(incident {incident}); try again later.", code="internal_error"))
         return self._reply(result, cache)
 
-    def _common_headers(self, response) -> None:
-        response.set_header("Link", self.link_header)
-        response.set_header("Access-Control-Allow-Origin", "*")
-        response.set_header("Access-Control-Expose-Headers", EXPOSED)
-        response.set_header("X-Content-Type-Options", "nosniff")
-
     def _reply(self, result, cache):
         response = bottle.response
         reply = result if isinstance(result, Reply) else Reply(result)
-        response.status = reply.status
-        response.set_header("Cache-Control", reply.cache or cache)
-        for name, value in reply.headers.items():
-            response.set_header(name, value)
+        if reply.status != 200:  # Bottle starts every response at 200
+            response.status = reply.status
+        self._headers({"Cache-Control": reply.cache or cache, **reply.headers})
         response.content_type = reply.content_type
         if isinstance(reply.body, (dict, list)):
             return json.dumps(reply.body, ensure_ascii=False).encode()
         if isinstance(reply.body, str):
             return reply.body.encode()
         return reply.body  # bytes or an iterator (event streams)
+
+    @staticmethod
+    def _headers(headers: dict) -> None:
+        """Cache-Control joins the convention headers; the rest go through Bottle."""
+        bottle.request.environ[CONVENTION_HEADERS].append(("Cache-Control", headers.pop("Cache-Control")))
+        for name, value in headers.items():
+            bottle.response.set_header(name, value)
 
     def _error(self, exc: ApiError):
         request, response = bottle.request, bottle.response
@@ -255,9 +289,7 @@ class Site:
             body = {"ok": False, **body}
         body.setdefault("docs", self.settings.url(DOCS_PATH))
         response.status = exc.status
-        response.set_header("Cache-Control", NO_STORE)
-        for name, value in exc.headers.items():
-            response.set_header(name, value)
+        self._headers({"Cache-Control": NO_STORE, **exc.headers})
         fmt = error_format(request.path, request.headers.get("Accept", "")) if exc.status == 404 else "json"
         if fmt == "json":
             response.content_type = "application/json"
@@ -272,6 +304,6 @@ class Site:
                            "docs": self.settings.url(DOCS_PATH)}).encode()
         start_response(f"{status} {bottle.HTTP_CODES.get(status, '')}", [
             ("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-            ("Cache-Control", NO_STORE), ("Access-Control-Allow-Origin", "*"), ("Link", self.link_header)])
+            ("Cache-Control", NO_STORE), *self.static_headers])
         return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
 

@@ -6,6 +6,8 @@ import threading
 
 import waitress.server
 
+from siteapi.web import WAITRESS_OPTIONS
+
 
 def start_thread(server):
     """Serve a socketserver-style server (one with a `stopping` event) in a daemon thread."""
@@ -22,12 +24,12 @@ def stop_thread(server, thread) -> None:
 
 
 @contextlib.contextmanager
-def serve_wsgi(app, threads: int = 8, trusted_proxy: str | None = "127.0.0.1"):
-    """Run a WSGI app in waitress on 127.0.0.1:<free port>; yields the base URL."""
-    kwargs = dict(host="127.0.0.1", port=0, threads=threads, ident="siteapi-test")
-    if trusted_proxy:
-        kwargs.update(trusted_proxy=trusted_proxy, trusted_proxy_count=1,
-                      trusted_proxy_headers={"x-forwarded-for"}, clear_untrusted_proxy_headers=True)
+def serve_wsgi(app, trusted_proxy: bool = True):
+    """Run a WSGI app in waitress on 127.0.0.1:<free port> under app.py's waitress options (without
+    the trusted proxy if asked); yields the base URL."""
+    kwargs = {**WAITRESS_OPTIONS, "port": 0, "ident": "siteapi-test"}
+    if not trusted_proxy:
+        kwargs = {k: v for k, v in kwargs.items() if not k.startswith(("trusted_proxy", "clear_untrusted"))}
     server = waitress.server.create_server(app, **kwargs)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

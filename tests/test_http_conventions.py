@@ -86,6 +86,12 @@ def test_huge_query_string_is_refused_as_json(api):
     assert r.status_code == 414 and "query string" in r.json()["error"]
 
 
+def test_a_flood_of_parameters_is_a_400_naming_the_limit(api):
+    r = api.get("/search.json?q=film&" + "&".join(f"x{n}=1" for n in range(300)))
+    assert r.status_code == 400 and r.json()["code"] == "too_many_parameters" and "200" in r.json()["error"]
+    assert api.get("/search.json?q=film&" + "&".join(f"x{n}=1" for n in range(150))).status_code == 200
+
+
 @pytest.mark.parametrize("accept", ["", "garbage", "text/html;q=abc", ";;;,,,", "*/*;q=0.5;q=", "a/b/c;q=2"])
 def test_malformed_accept_never_breaks(api, accept):
     for path in ["/about", "/nope", "/search.json?q=film"]:
