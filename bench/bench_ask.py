@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -189,6 +190,19 @@ def overlapping_passages(title: str, description: str, text: str) -> list[str]:
     return [title, description] + (body + ([" ".join(current)] if current else []))[: ranker.PAGE_CHUNKS]
 
 
+def sif_embed(model, text: str, frequency: dict, total: int, a: float) -> np.ndarray:
+    """The text's vector with each token weighted a / (a + p(token)) by its frequency in the site's
+    pages (SIF, Arora et al. 2017) instead of the plain mean; [CLS] and [SEP] weigh nothing."""
+    encoding = model.tokenizer.encode(text)
+    ids = np.array([encoding.ids], dtype=np.int64)
+    tokens = model.session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                                      "token_type_ids": np.zeros_like(ids)})[0][0]
+    weights = np.array([0.0 if special else a / (a + frequency.get(i, 0) / total)
+                        for i, special in zip(encoding.ids, encoding.special_tokens_mask)])
+    vector = (tokens * weights[:, None]).sum(axis=0)
+    return vector / np.linalg.norm(vector)
+
+
 def variants(settings, conn) -> None:
     """Score page-representation variants on the evaluation set, whole and by half; print a table."""
     model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
@@ -236,6 +250,15 @@ def variants(settings, conn) -> None:
         table[f"passages, {how}"] = pooled(shipped_units, how)
     for how in ("centroid", "max-sim", "softmax-pooled (beta 10)", "blend 0.3", "blend 0.5"):
         table[f"split head + overlap, {how}"] = pooled(split_units, how)
+    frequency = Counter(i for p in pages for i in model.tokenizer.encode(
+        f"{p['title']}. {p['description']} {p['text']}", add_special_tokens=False).ids)
+    total = sum(frequency.values())
+    for a in (1e-4, 1e-3):
+        sif_pages = np.stack([np.mean([sif_embed(model, x, frequency, total, a) for x in
+                                       ranker.passages(p["title"], p["description"], p["text"])], axis=0) for p in pages])
+        sif_pages /= np.linalg.norm(sif_pages, axis=1, keepdims=True)
+        sif_questions = np.stack([sif_embed(model, q["q"], frequency, total, a) for q in data["questions"]])
+        table[f"SIF token weights from the site's pages (a {a:g}), centroid"] = sif_questions @ sif_pages.T
     model_rank = np.argsort(np.argsort(-table["shipped: centroid of 'title. description' + passages"], axis=1), axis=1) + 1
     table["shipped + lexical, reciprocal-rank fusion (k 3, lexical 0.2)"] = 1 / (3 + model_rank) + 0.2 / (3 + lexical)
 
