@@ -22,7 +22,7 @@ from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter
 from siteapi.search import search_endpoint
 from siteapi.web import (DOC_CACHE, NO_STORE, WAITRESS_OPTIONS, ApiError, Reply, Site, body, cached_json, caller,
-                         params, wants_markdown)
+                         header, params, wants_markdown)
 
 
 def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
@@ -39,7 +39,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                            code="storage_unavailable") from None
 
     def accept() -> str:
-        return bottle.request.headers.get("Accept", "")
+        return header("Accept")
 
     # -- the JSON API ------------------------------------------------------------------------------
     def search():
@@ -166,7 +166,8 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-        known = [r["path"] for r in conn().execute("SELECT path FROM pages")] + [r[0] for r in site.routes]
+        known = [r["path"] for r in conn().execute("SELECT path FROM pages")] + [
+            rule for rule, _, _ in site.routes if "<" not in rule]  # templates such as /images/<path> are no page
         raise ApiError(404, f"Nothing lives at {path}.", code="not_found",
                        hint="See /sitemap.xml for every page and /openapi.json for every API endpoint.",
                        suggestions=pages.suggest(path, known, settings.public_base_url))

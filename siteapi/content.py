@@ -76,9 +76,10 @@ class Page:
     hash: str
     source: str
     tags: str
+    path_line: int = 1  # where `path:` sits in the source, for error messages; not stored
 
     def row(self) -> dict:
-        return self.__dict__.copy()
+        return {k: v for k, v in self.__dict__.items() if k != "path_line"}
 
 
 def plain_text(markdown_body: str) -> str:
@@ -91,7 +92,8 @@ def parse_file(file: Path, root: Path) -> Page:
     try:
         source = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ContentError(f"{rel}: not UTF-8 text (byte {exc.start}).") from None
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ContentError(f"{rel} line {line}: not UTF-8 text (byte {exc.start}).") from None
     if not source.startswith("---"):
         raise ContentError(f"{rel} line 1: front matter must start with a '---' line.")
     end = re.search(r"^---\s*$", source[3:], re.M)
@@ -107,12 +109,14 @@ def parse_file(file: Path, root: Path) -> Page:
         raise ContentError(f"{rel} line 2: front matter must be a mapping of keys to values.")
     for key in ("title", "path", "kind"):
         if not isinstance(meta.get(key), str) or not meta[key].strip():
-            raise ContentError(f"{rel}: front matter needs a text '{key}'.")
+            raise ContentError(f"{rel} line {key_line(front, key)}: front matter needs a text '{key}'.")
     if meta["kind"] not in KINDS:
-        raise ContentError(f"{rel}: kind must be one of {', '.join(KINDS)}, not {meta['kind']!r}.")
+        raise ContentError(f"{rel} line {key_line(front, 'kind')}: kind must be one of {', '.join(KINDS)}, "
+                           f"not {meta['kind']!r}.")
     path = meta["path"].strip()
     if not path.startswith("/") or path.endswith(".md") or (path != "/" and path.endswith("/")):
-        raise ContentError(f"{rel}: path must start with '/' and not end with '/' or '.md', not {path!r}.")
+        raise ContentError(f"{rel} line {key_line(front, 'path')}: path must start with '/' and not end with '/' "
+                           f"or '.md', not {path!r}.")
     date = meta.get("date")
     if isinstance(date, (dt.date, dt.datetime)):
         date = date.isoformat()[:10]
@@ -128,7 +132,16 @@ def parse_file(file: Path, root: Path) -> Page:
         hash=hashlib.sha256(raw).hexdigest(),
         source=rel,
         tags=json.dumps([str(t) for t in meta.get("tags") or []]),
+        path_line=key_line(front, "path"),
     )
+
+
+def key_line(front: str, key: str) -> int:
+    """The file line of `key` in the front matter (which starts on line 1, after the '---'), or 1."""
+    for number, line in enumerate(front.split("\n"), 1):
+        if re.match(rf"{key}\s*:", line):
+            return number
+    return 1
 
 
 def read_content(root: Path) -> tuple[list[Page], list[str], list[str]]:
@@ -139,7 +152,8 @@ def read_content(root: Path) -> tuple[list[Page], list[str], list[str]]:
         try:
             page = parse_file(file, root)
             if page.path in seen:
-                raise ContentError(f"{page.source}: path {page.path} is already used by {seen[page.path]}.")
+                raise ContentError(f"{page.source} line {page.path_line}: path {page.path} is already used by "
+                                   f"{seen[page.path]}.")
         except ContentError as exc:
             errors.append(str(exc))
             failed.append(file.relative_to(root).as_posix())

@@ -18,12 +18,11 @@ import logging
 import re
 from typing import Any
 
-import bottle
 from jsonschema import Draft202012Validator
 
 from siteapi import openapi
 from siteapi.mcp_tools import InProcess, Outcome, Tool, endpoint_tools, snapshot_tools
-from siteapi.web import MAX_BODY_BYTES, Reply, body, caller
+from siteapi.web import MAX_BODY_BYTES, Reply, body, caller, header
 
 log = logging.getLogger("siteapi.mcp")
 
@@ -83,12 +82,11 @@ class McpServer:
 
     # -- HTTP ------------------------------------------------------------------------------------
     def handle(self):
-        headers = bottle.request.headers
-        origin = headers.get("Origin")
+        origin = header("Origin", None)
         if origin is not None and not _ORIGIN.match(origin.strip()):
             return self._http(403, rpc_error(None, INVALID_REQUEST, "The Origin header must be an http(s) origin "
                                              "such as https://example.com; null or malformed origins are refused."))
-        version_header = headers.get("MCP-Protocol-Version")
+        version_header = header("MCP-Protocol-Version", None)
         if version_header is not None and version_header not in ALL_VERSIONS:
             exc = unsupported(version_header)
             return self._http(400, rpc_error(None, exc.code, exc.message, exc.data))
@@ -175,12 +173,12 @@ class McpServer:
         meta = params.get("_meta")
         if not isinstance(meta, dict) or VERSION_KEY not in meta or CAPABILITIES_KEY not in meta:
             raise RpcError(INVALID_PARAMS, f"params._meta must carry {VERSION_KEY!r} and {CAPABILITIES_KEY!r}.")
-        version, headers = meta[VERSION_KEY], bottle.request.headers
-        if headers.get("MCP-Protocol-Version") != version:
+        version = meta[VERSION_KEY]
+        if header("MCP-Protocol-Version", None) != version:
             raise RpcError(HEADER_MISMATCH, "The MCP-Protocol-Version header must equal params._meta's protocol version.")
-        if headers.get("Mcp-Method") != method:
+        if header("Mcp-Method", None) != method:
             raise RpcError(HEADER_MISMATCH, "The Mcp-Method header must equal the body's method.")
-        if method == "tools/call" and params.get("name") is not None and headers.get("Mcp-Name") != params["name"]:
+        if method == "tools/call" and params.get("name") is not None and header("Mcp-Name", None) != params["name"]:
             raise RpcError(HEADER_MISMATCH, "The Mcp-Name header must equal the tool name in the body.")
         if version not in MODERN_VERSIONS:
             raise unsupported(version)
@@ -289,7 +287,7 @@ class McpServer:
     def draft_card_reply(self):
         text = json.dumps(self.draft_card(), ensure_ascii=False, sort_keys=True)
         etag = '"' + hashlib.sha256(text.encode()).hexdigest()[:32] + '"'
-        sent = [t.strip() for t in bottle.request.headers.get("If-None-Match", "").split(",")]
+        sent = [t.strip() for t in header("If-None-Match").split(",")]
         if etag in sent or "*" in sent:
             return Reply(b"", status=304, headers={"ETag": etag}, cache=CARD_CACHE)
         return Reply(text, content_type=CARD_TYPE, headers={"ETag": etag}, cache=CARD_CACHE)

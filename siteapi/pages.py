@@ -138,14 +138,15 @@ def suggest(path: str, known: list[str], base_url: str, n: int = 3) -> list[str]
     return [base_url + p for p in picks]
 
 
-def render_error(settings, fmt: str, body: dict, path: str) -> tuple[str, str]:
-    """A 404 (or other error) as Markdown or HTML; JSON is handled by the web layer."""
+def render_error(settings, fmt: str, body: dict, path: str) -> tuple[str, str, dict]:
+    """A 404 as Markdown or HTML, with its extra headers; JSON is handled by the web layer."""
     links = body.get("suggestions") or []
     if fmt == "markdown":
         text = f"# Not found\n\n{body['error']}\n\n" + "".join(f"- <{u}>\n" for u in links)
-        return MARKDOWN_TYPE, text + f"\nSee also the [sitemap]({settings.url('/sitemap.xml')}).\n"
+        text += f"\nSee also the [sitemap]({settings.url('/sitemap.xml')}).\n"
+        return MARKDOWN_TYPE, text, {"x-markdown-tokens": str(tokens.count(text))}
     items = "".join(f'<li><a href="{html.escape(u)}">{html.escape(u)}</a></li>' for u in links)
     content = (f"<p>{html.escape(body['error'])}</p>"
                + (f"<p>Perhaps you meant:</p><ul>{items}</ul>" if items else "")
                + '<p>Or start from the <a href="/">home page</a> or the <a href="/sitemap.xml">sitemap</a>.</p>')
-    return "text/html; charset=utf-8", html_page(settings, "Not found", body["error"], content, path, None)
+    return "text/html; charset=utf-8", html_page(settings, "Not found", body["error"], content, path, None), {}

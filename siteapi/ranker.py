@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from siteapi import db
 from siteapi.config import ROOT
@@ -183,7 +184,9 @@ def refresh_page_vectors(conn: sqlite3.Connection, settings=None) -> int:
     pages = conn.execute("SELECT path, hash, title, description, text FROM pages").fetchall()
     stale = [p for p in pages if stored.get(p["path"]) != (p["hash"], PAGE_REPRESENTATION)]
     gone = set(stored) - {p["path"] for p in pages}
-    vectors = [page_vector(model, p["title"], p["description"], p["text"]) for p in stale]
+    # A progress bar on a terminal (`jobs.py run content`); tqdm stays silent under the scheduler.
+    vectors = [page_vector(model, p["title"], p["description"], p["text"])
+               for p in tqdm(stale, desc="page vectors", unit="page", disable=None)]
     if not stale and not gone:
         return 0
     with db.transaction(conn):

@@ -113,6 +113,18 @@ WAITRESS_OPTIONS = dict(host="127.0.0.1", threads=8, trusted_proxy="127.0.0.1", 
 warnings.filterwarnings("ignore", "send_bytes will be removed", DeprecationWarning)
 
 
+def header(name: str, default: str | None = "") -> str | None:
+    """A request header, UTF-8 decoded when it is valid UTF-8 and as Latin-1 otherwise (Bottle's own
+    accessor raises on such bytes, which made a hostile Accept header a 500)."""
+    value = bottle.request.environ.get("HTTP_" + name.upper().replace("-", "_"))
+    if value is None:
+        return default
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
 def caller() -> str:
     """The client address as waitress sees it (X-Forwarded-For only from a trusted proxy)."""
     return bottle.request.environ.get("REMOTE_ADDR") or "0.0.0.0"
@@ -166,10 +178,10 @@ def error_format(path: str, accept: str) -> str:
 class Site:
     """The Bottle app plus the shared conventions; app.py declares every route on it."""
 
-    def __init__(self, settings, limiter: RateLimiter, render_error: Callable[[str, dict, str], tuple[str, str]]):
+    def __init__(self, settings, limiter: RateLimiter, render_error: Callable[[str, dict, str], tuple[str, str, dict]]):
         self.settings = settings
         self.limiter = limiter
-        self.render_error = render_error  # (format, error body, path) -> (content type, text)
+        self.render_error = render_error  # (format, error body, path) -> (content type, text, headers)
         self.app = bottle.Bottle()
         self.app.config["catchall"] = False
         link_header = ", ".join([
@@ -204,7 +216,7 @@ class Site:
         """The last route: `handler(path)` serves content pages or raises ApiError(404)."""
         def endpoint(path=""):
             return self.serve(lambda: handler("/" + path), {}, ("GET", "HEAD", "OPTIONS"), "read", PAGE_CACHE,
-                              unknown_method_status=404)
+                              path_may_not_exist=True)
 
         self.app.route("/<path:path>", method="ANY", callback=endpoint)
         self.app.route("/", method="ANY", callback=endpoint)
@@ -212,9 +224,9 @@ class Site:
     def wsgi(self, environ, start_response):
         """Sanity checks that come before routing, then Bottle."""
         path = environ.get("PATH_INFO", "")
-        if _BAD_PATH.search(path) or _BAD_PATH.search(environ.get("RAW_URI", "").split("?")[0]):
-            return self._early(environ, start_response, 400, "The path contains '..' segments or control "
-                               "characters; send a plain path such as /search.json.", "bad_path")
+        if not path.startswith("/") or _BAD_PATH.search(path) or _BAD_PATH.search(environ.get("RAW_URI", "").split("?")[0]):
+            return self._early(environ, start_response, 400, "The path does not start with '/' or contains "
+                               "'..' segments or control characters; send a plain path such as /search.json.", "bad_path")
         if len(environ.get("QUERY_STRING", "")) > MAX_QUERY_BYTES:
             return self._early(environ, start_response, 414, f"The query string is longer than {MAX_QUERY_BYTES} "
                                "bytes; send shorter parameters.", "uri_too_long")
@@ -226,7 +238,7 @@ class Site:
         return self.app(environ, start)
 
     # -- serving ---------------------------------------------------------------------------------
-    def serve(self, handler, url_args, allowed, policy, cache, unknown_method_status=405):
+    def serve(self, handler, url_args, allowed, policy, cache, path_may_not_exist=False):
         request, response = bottle.request, bottle.response
         method = request.method.upper()
         try:
@@ -237,8 +249,8 @@ class Site:
                     ("Access-Control-Allow-Headers", "*"), ("Access-Control-Max-Age", "86400")]
                 return b""
             if method not in allowed:
-                if unknown_method_status == 404:
-                    return handler()  # the fallback: an unknown path is a 404 whatever the method
+                if path_may_not_exist:
+                    handler()  # raises the 404 of an unknown path, whatever the method; a real page gets the 405
                 raise ApiError(405, f"{request.path} answers {', '.join(allowed)}, not {method}.",
                                code="method_not_allowed", headers={"Allow": ", ".join(allowed)}, allow=list(allowed))
             version = request.environ.get("HTTP_API_VERSION")
@@ -290,13 +302,18 @@ class Site:
         body.setdefault("docs", self.settings.url(DOCS_PATH))
         response.status = exc.status
         self._headers({"Cache-Control": NO_STORE, **exc.headers})
-        fmt = error_format(request.path, request.headers.get("Accept", "")) if exc.status == 404 else "json"
+        if exc.status != 404:
+            response.content_type = "application/json"
+            return json.dumps(body, ensure_ascii=False).encode()
+        response.set_header("Vary", "Accept")  # a 404's format follows Accept
+        fmt = error_format(request.path, header("Accept"))
         if fmt == "json":
             response.content_type = "application/json"
             return json.dumps(body, ensure_ascii=False).encode()
-        response.set_header("Vary", "Accept")
-        content_type, text = self.render_error(fmt, body, request.path)
+        content_type, text, extra = self.render_error(fmt, body, request.path)
         response.content_type = content_type
+        for name, value in extra.items():
+            response.set_header(name, value)
         return text.encode()
 
     def _early(self, environ, start_response, status, error, code):

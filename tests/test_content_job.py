@@ -78,3 +78,28 @@ def test_jobs_cli_runs_one_job(tmp_path):
     bad = subprocess.run([sys.executable, "jobs.py", "run", "nope"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+def test_every_front_matter_fault_names_its_file_and_line(tmp_path):
+    from siteapi.content import read_content
+
+    faults = {
+        "no-title.md": ("---\ndescription: x\nkind: page\npath: /a\n---\nbody\n", "line 1: front matter needs a text 'title'"),
+        "bad-kind.md": ("---\ntitle: T\n\nkind: poem\npath: /b\n---\nbody\n", "line 4: kind must be one of"),
+        "bad-path.md": ("---\ntitle: T\nkind: page\npath: b/\n---\nbody\n", "line 4: path must start with '/'"),
+        "blank-path.md": ("---\ntitle: T\nkind: page\npath: ' '\n---\nbody\n", "line 4: front matter needs a text 'path'"),
+        "unclosed.md": ("---\ntitle: T\n", "line 1: front matter is not closed"),
+        "z-duplicate.md": ("---\ntitle: T\nkind: page\ndate: 2026-01-01\npath: /ok\n---\nbody\n",
+                           "line 5: path /ok is already used by ok.md"),
+        "ok.md": ("---\ntitle: Fine\nkind: page\npath: /ok\n---\nbody\n", None),
+    }
+    for name, (text, _) in faults.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "latin1.md").write_bytes(b"---\ntitle: Caf\xe9\n---\n")
+    faults["latin1.md"] = ("", "line 2: not UTF-8 text")
+    pages, errors, failed = read_content(tmp_path)
+    assert [p.source for p in pages] == ["ok.md"]
+    for name, (_, expected) in faults.items():
+        if expected:
+            assert any(e.startswith(f"{name} {expected}") for e in errors), (name, errors)
+    assert sorted(failed) == sorted(n for n, (_, e) in faults.items() if e)

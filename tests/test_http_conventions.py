@@ -25,6 +25,11 @@ def test_unknown_page_404_follows_accept(api):
     assert as_json.status_code == 404 and as_json.json()["suggestions"]
     as_md = api.get("/writting/carb", headers={"Accept": "text/markdown"})
     assert as_md.headers["Content-Type"].startswith("text/markdown") and as_md.text.startswith("# Not found")
+    assert int(as_md.headers["x-markdown-tokens"]) > 10
+    suggestions = as_json.json()["suggestions"]
+    assert all(f"<{url}>" in as_md.text for url in suggestions)
+    assert all(f'href="{url}"' in as_html.text for url in suggestions)
+    assert all(r.headers["Vary"] == "Accept" for r in (as_html, as_json, as_md))  # the format follows Accept
     api_like = api.get("/api/v2/things")
     assert api_like.headers["Content-Type"].startswith("application/json")
     assert api.get("/v1/x", headers={"Accept": "text/html"}).headers["Content-Type"].startswith("text/html")
@@ -36,6 +41,21 @@ def test_unserved_method_is_405_with_allow(api, method):
     assert r.status_code == 405
     assert r.headers["Allow"] == "GET, HEAD, OPTIONS"
     assert r.json()["code"] == "method_not_allowed" and r.json()["allow"] == ["GET", "HEAD", "OPTIONS"]
+
+
+@pytest.mark.parametrize("method", ["POST", "DELETE", "BREW"])
+def test_unserved_method_on_a_page_is_405_and_on_nothing_404(api, method):
+    for path in ("/about", "/", "/about.md"):
+        r = api.request(method, path)
+        assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD, OPTIONS", (method, path)
+        assert r.json()["code"] == "method_not_allowed"
+    assert api.request(method, "/no-such-page").status_code == 404
+
+
+def test_suggestions_are_real_pages_never_route_templates(api):
+    for path in ("/imags/x.jpg", "/.well-known/agent-skill/x", "/rn/track"):
+        suggestions = api.get(path, headers={"Accept": "application/json"}).json()["suggestions"]
+        assert suggestions and not any("<" in url for url in suggestions), (path, suggestions)
 
 
 def test_head_has_get_headers_and_no_body(api):
@@ -81,6 +101,29 @@ def test_hostile_paths_get_a_json_error(live, path):
     assert json.loads(r.read())["code"] == "bad_path"
 
 
+def test_a_path_without_its_leading_slash_is_a_json_400(live):
+    host, port = live.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("GET", "search.json?q=film")
+    r = conn.getresponse()
+    assert r.status == 400 and json.loads(r.read())["code"] == "bad_path"
+
+
+@pytest.mark.parametrize("path", ["/about", "/nope", "/serch.json", "/.well-known/agent-skills/nope/SKILL.md",
+                                  "/search.json?q=film"])
+def test_header_bytes_that_are_not_utf8_never_break(live, path):
+    host, port = live.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.putrequest("GET", path)
+    conn.putheader("Accept", b"text/\xff\xfe;q=0.5, text/markdown")
+    conn.putheader("API-Version", b"1")
+    conn.endheaders()
+    r = conn.getresponse()
+    body = r.read()
+    assert r.status in (200, 404), (path, r.status, body[:200])
+    assert b"Traceback" not in body
+
+
 def test_huge_query_string_is_refused_as_json(api):
     r = api.get("/search.json?q=" + "a" * 10_240)
     assert r.status_code == 414 and "query string" in r.json()["error"]
@@ -114,3 +157,22 @@ def test_unexpected_exception_is_a_json_500_without_traceback(site_settings, che
         r = Client(base, checker).get("/broken.json")
     assert r.status_code == 500
     assert r.json()["code"] == "internal_error" and "secret" not in r.text and "Traceback" not in r.text
+
+
+def test_cache_control_per_endpoint(api):
+    served = {
+        "/search.json?q=film": "public, max-age=300, s-maxage=600",
+        "/photos/query.json?q=beach": "public, max-age=300, s-maxage=600",
+        "/images/manifest.json": "public, max-age=300, s-maxage=600",
+        "/resume.json": "public, max-age=0, must-revalidate, s-maxage=86400",
+        "/about": "public, max-age=0, s-maxage=86400, stale-while-revalidate=604800",
+        "/about.md": "public, max-age=0, s-maxage=86400, stale-while-revalidate=604800",
+        "/openapi.json": "public, max-age=3600",
+        "/ask?query=espresso&streaming=0": "no-store",
+    }
+    for path, value in served.items():
+        r = api.get(path)
+        assert (r.status_code, r.headers["Cache-Control"]) == (200, value), path
+    for path, status in {"/search.json": 400, "/nope": 404}.items():  # errors are never cached
+        r = api.get(path)
+        assert (r.status_code, r.headers["Cache-Control"]) == (status, "no-store"), path

@@ -101,8 +101,17 @@ def test_datasette_under_data(stack):
     assert "job_runs" not in hidden.split("hidden tables")[0]
     canned = requests.get(stack["edge"] + "/data/site/writing_by_year.json?_shape=array", timeout=30).json()
     assert canned and {"year", "posts"} <= set(canned[0])
-    write = requests.post(stack["edge"] + "/data/site/-/query", data={"sql": "delete from pages"}, timeout=30)
-    assert write.status_code in (400, 403, 404, 405)
+    sql = stack["edge"] + "/data/site.json"
+    write = requests.get(sql, params={"sql": "delete from pages"}, timeout=30)
+    assert write.status_code == 400 and "SELECT" in write.text  # only read-only statements run
+    assert requests.get(sql, params={"sql": "select count(*) as n from pages", "_shape": "array"},
+                        timeout=30).json()[0]["n"] > 40  # and the rows are all still there
+    rows = requests.get(sql, params={"sql": "with recursive n(i) as (select 1 union all select i + 1 from n "
+                                            "where i < 5000) select i from n", "_shape": "objects"}, timeout=30).json()
+    assert len(rows["rows"]) == 1000 and rows["truncated"] is True  # max_returned_rows
+    slow = requests.get(sql, params={"sql": "with recursive n(i) as (select 1 union all select i + 1 from n) "
+                                           "select count(*) from n"}, timeout=30)
+    assert slow.status_code == 400 and "interrupted" in slow.text.lower()  # sql_time_limit_ms
     assert requests.get(stack["edge"] + "/data/site.db", timeout=30).status_code in (403, 404)
 
 
