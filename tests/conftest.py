@@ -84,6 +84,8 @@ class OpenApiChecker:
         if "json" not in content_type or method == "HEAD" or not response.content:
             return
         schema = self.schema_for(path, method, response.status_code, content_type)
+        if schema is None and response.status_code >= 400:  # an unknown path or unserved method: still an Error
+            schema = {"$ref": "#/components/schemas/Error"}
         if schema is None:
             return
         Draft202012Validator({**schema, "components": self.doc["components"]}).validate(response.json())
