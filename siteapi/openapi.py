@@ -61,7 +61,6 @@ def catalog(settings) -> dict:
         "anchor": url("/"),
         "service-desc": [{"href": url("/openapi.json"), "type": "application/openapi+json"}],
         "service-doc": [{"href": url("/developers"), "type": "text/html"}],
-        "status": [{"href": url("/openapi.json"), "type": "application/openapi+json"}],
     }
     doc = _load()
     endpoints = [
