@@ -18,7 +18,7 @@ from siteapi.ratelimit import RateLimiter
 from test_stack_e2e import free_port
 
 
-def test_quota_is_exact_under_concurrency(site_settings):
+def test_quota_is_exact_under_concurrency(site_settings, checker):
     settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 25, 60)})
     with serve_wsgi(make_app(settings).wsgi) as base:
         def hit(_):
@@ -30,6 +30,8 @@ def test_quota_is_exact_under_concurrency(site_settings):
         assert codes.count(200) == 25 and codes.count(429) == 15
 
         refused = next(r for r in answers if r.status_code == 429)
+        checker.validate("GET", "/search.json", refused)  # the 429 body is the documented Error
+        assert ("/search.json", 429) in checker.checked
         body = refused.json()
         assert body["code"] == "rate_limited" and "25 per 60 seconds" in body["error"]
         assert 1 <= int(refused.headers["Retry-After"]) <= 60
