@@ -253,7 +253,7 @@ class Site:
                     handler()  # raises the 404 of an unknown path, whatever the method; a real page gets the 405
                 raise ApiError(405, f"{request.path} answers {', '.join(allowed)}, not {method}.",
                                code="method_not_allowed", headers={"Allow": ", ".join(allowed)}, allow=list(allowed))
-            version = request.environ.get("HTTP_API_VERSION")
+            version = header("API-Version", None)
             if version is not None and version.strip() not in SUPPORTED_API_VERSIONS:
                 raise ApiError(400, f"API-Version {version.strip()[:20]!r} is not served; send API-Version: 1 "
                                "or leave the header out.", code="unsupported_api_version",
@@ -279,7 +279,7 @@ class Site:
         reply = result if isinstance(result, Reply) else Reply(result)
         if reply.status != 200:  # Bottle starts every response at 200
             response.status = reply.status
-        self._headers({"Cache-Control": reply.cache or cache, **reply.headers})
+        self._send_headers({"Cache-Control": reply.cache or cache, **reply.headers})
         response.content_type = reply.content_type
         if isinstance(reply.body, (dict, list)):
             return json.dumps(reply.body, ensure_ascii=False).encode()
@@ -288,7 +288,7 @@ class Site:
         return reply.body  # bytes or an iterator (event streams)
 
     @staticmethod
-    def _headers(headers: dict) -> None:
+    def _send_headers(headers: dict) -> None:
         """Cache-Control joins the convention headers; the rest go through Bottle."""
         bottle.request.environ[CONVENTION_HEADERS].append(("Cache-Control", headers.pop("Cache-Control")))
         for name, value in headers.items():
@@ -301,12 +301,11 @@ class Site:
             body = {"ok": False, **body}
         body.setdefault("docs", self.settings.url(DOCS_PATH))
         response.status = exc.status
-        self._headers({"Cache-Control": NO_STORE, **exc.headers})
-        if exc.status != 404:
-            response.content_type = "application/json"
-            return json.dumps(body, ensure_ascii=False).encode()
-        response.set_header("Vary", "Accept")  # a 404's format follows Accept
-        fmt = error_format(request.path, header("Accept"))
+        self._send_headers({"Cache-Control": NO_STORE, **exc.headers})
+        fmt = "json"
+        if exc.status == 404:  # a 404's format follows Accept
+            response.set_header("Vary", "Accept")
+            fmt = error_format(request.path, header("Accept"))
         if fmt == "json":
             response.content_type = "application/json"
             return json.dumps(body, ensure_ascii=False).encode()
