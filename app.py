@@ -12,7 +12,7 @@ from contextlib import closing
 
 import bottle
 
-from siteapi import agentdocs, ask, db, openapi, pages, photos
+from siteapi import agentdocs, ask, db, openapi, pages, photos, serving
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import markdown
 from siteapi.feeds import around, coffee, ledger, tracks
@@ -21,7 +21,7 @@ from siteapi.lens.fetch import Fetcher, fetcher_from_settings
 from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter
 from siteapi.search import search_endpoint
-from siteapi.web import (DOC_CACHE, NO_STORE, WAITRESS_OPTIONS, ApiError, Reply, Site, body, cached_json, caller,
+from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller,
                          header, params, wants_markdown)
 
 
@@ -209,15 +209,13 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
 
 def serve() -> None:
     """Start waitress on 127.0.0.1:SITE_PORT behind the trusted local proxy (Caddy)."""
-    import waitress
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         settings = load_settings()
     except SettingsError as exc:
         sys.exit(f"app: {exc}")
     site = make_app(settings)
-    waitress.serve(site.wsgi, port=int(os.environ.get("SITE_PORT", "8000")), ident="siteapi", **WAITRESS_OPTIONS)
+    serving.serve(site.wsgi, port=int(os.environ.get("SITE_PORT", "8000")), ident="siteapi")
 
 
 if __name__ == "__main__":

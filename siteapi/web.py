@@ -14,7 +14,6 @@ import json
 import logging
 import re
 import uuid
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qsl
@@ -99,18 +98,6 @@ def params() -> dict[str, str]:
     for key, value in _query_pairs(bottle.request.environ.get("QUERY_STRING", "")):
         out.setdefault(key, value)
     return out
-
-
-# waitress behind the trusted local proxy (Caddy), whose X-Forwarded-For becomes REMOTE_ADDR;
-# app.serve(), the tests and bench/ceiling_app.py all run under these. send_bytes=18000 (waitress's
-# default before 1.0, still honoured by 3.0 with a deprecation warning) lets a worker leave a response
-# under 18 KB to the main loop, which sends status, headers and body in one write instead of two:
-# /search.json 3,900 -> 5,600 requests/s and the constant-JSON ceiling 5,200 -> 8,500 (bench_search.py).
-# The price: an /ask event stream leaves in 18 KB pieces, so a short one arrives whole when ranked.
-WAITRESS_OPTIONS = dict(host="127.0.0.1", threads=8, trusted_proxy="127.0.0.1", trusted_proxy_count=1,
-                        trusted_proxy_headers={"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"},
-                        clear_untrusted_proxy_headers=True, send_bytes=18000)
-warnings.filterwarnings("ignore", "send_bytes will be removed", DeprecationWarning)
 
 
 def header(name: str, default: str | None = "") -> str | None:

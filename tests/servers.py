@@ -4,9 +4,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-import waitress.server
-
-from siteapi.web import WAITRESS_OPTIONS
+from siteapi import serving
 
 
 def start_thread(server):
@@ -25,12 +23,9 @@ def stop_thread(server, thread) -> None:
 
 @contextlib.contextmanager
 def serve_wsgi(app, trusted_proxy: bool = True):
-    """Run a WSGI app in waitress on 127.0.0.1:<free port> under app.py's waitress options (without
+    """Run a WSGI app in waitress on 127.0.0.1:<free port> under siteapi.serving's options (without
     the trusted proxy if asked); yields the base URL."""
-    kwargs = {**WAITRESS_OPTIONS, "port": 0, "ident": "siteapi-test"}
-    if not trusted_proxy:
-        kwargs = {k: v for k, v in kwargs.items() if not k.startswith(("trusted_proxy", "clear_untrusted"))}
-    server = waitress.server.create_server(app, **kwargs)
+    server = serving.create_server(app, behind_proxy=trusted_proxy, port=0, ident="siteapi-test")
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

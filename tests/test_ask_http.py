@@ -54,6 +54,8 @@ def test_legacy_stream_read_by_an_sse_client(client):
         assert source.response.headers["content-type"].startswith("text/event-stream")
         assert source.response.headers["cache-control"] == "no-cache"
         assert source.response.headers["x-accel-buffering"] == "no"
+        # no length: siteapi.serving sends each frame as it is yielded (tests/test_serving.py)
+        assert source.response.headers["transfer-encoding"] == "chunked"
         frames = [(e.event, json.loads(e.data)) for e in source.iter_sse()]
     assert all(event == "message" for event, _ in frames)  # unnamed data frames
     kinds = [data["message_type"] for _, data in frames]

@@ -1,0 +1,64 @@
+"""waitress as this site runs it: the options every server shares (`app.serve()`, the tests'
+servers, bench/ceiling_app.py) and a channel that sends a response of unknown length, such as an
+/ask event stream, piece by piece as the app yields it.
+
+`send_bytes=18000` (waitress's default before 1.0, still honoured by 3.0 with a deprecation
+warning) lets a worker leave a response under 18 KB to the main loop, which sends status, headers
+and body in one write instead of two: /search.json 3,900 -> 5,600 requests/s and the constant-JSON
+ceiling 5,200 -> 8,500 (bench/bench_search.py). On its own it would also hold back every frame of an
+event stream until 18 KB had gathered, so a short /ask stream would arrive whole once ranked; the
+task below sends each piece of an unsized (streamed) response at once, and sized responses keep
+the single write.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import waitress.server
+from waitress.channel import HTTPChannel
+from waitress.task import WSGITask
+
+OPTIONS = dict(host="127.0.0.1", threads=8, send_bytes=18000)
+# Behind the trusted local proxy (Caddy), whose X-Forwarded-For becomes REMOTE_ADDR.
+PROXY_OPTIONS = dict(trusted_proxy="127.0.0.1", trusted_proxy_count=1,
+                     trusted_proxy_headers={"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"},
+                     clear_untrusted_proxy_headers=True)
+warnings.filterwarnings("ignore", "send_bytes will be removed", DeprecationWarning)
+
+
+class StreamingTask(WSGITask):
+    """A WSGI task that, for a response without a Content-Length, switches its channel to
+    waitress's stock send_bytes=1 until the next request: every piece is then sent as it is
+    written, and a client that has gone away is noticed at the next piece (ClientDisconnected),
+    by waitress's own code."""
+
+    def start(self):
+        self.channel.adj = self.channel.server.adj
+        super().start()
+
+    def write(self, data):
+        if data and self.content_length is None:
+            self.channel.adj = self.channel.server.streaming_adj
+        super().write(data)
+
+
+class StreamingChannel(HTTPChannel):
+    task_class = StreamingTask
+
+
+def create_server(app, behind_proxy: bool = True, **overrides):
+    """A waitress server for `app` under OPTIONS (and PROXY_OPTIONS unless told it is not behind
+    Caddy), overridden by keyword; not yet running."""
+    server = waitress.server.create_server(app, **OPTIONS, **(PROXY_OPTIONS if behind_proxy else {}), **overrides)
+    server.channel_class = StreamingChannel
+    server.streaming_adj = copy.copy(server.adj)
+    server.streaming_adj.send_bytes = 1
+    return server
+
+
+def serve(app, **overrides) -> None:
+    """Serve `app` until interrupted."""
+    server = create_server(app, **overrides)
+    server.print_listen("Serving on http://{}:{}")
+    server.run()
