@@ -39,7 +39,9 @@ SCHEMA_DESCRIPTION_CHARS = 300
 JSON_HEADERS = {"Cache-Control": "no-store"}
 STREAM_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
                   "X-Accel-Buffering": "no"}
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+# Control characters, and lone surrogates a JSON body can carry as \u escapes (no tokenizer or
+# encoder takes them), become one space.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
 
 
 @dataclass
@@ -122,9 +124,9 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
     dialect = "legacy"
     if method == "POST" and body is not None and body.strip():
         if len(body) > MAX_BODY:
-            raise _bad("body", f"The request body is {len(body)} bytes; send at most {MAX_BODY} bytes of JSON.", query_id)
+            raise _bad("body", f"The request body is over {MAX_BODY} bytes; send at most {MAX_BODY} bytes of JSON.", query_id)
         ctype = (content_type or "").split(";")[0].strip().lower()
-        if ctype == "application/x-www-form-urlencoded" and not body.lstrip().startswith(b"{"):
+        if ctype == "application/x-www-form-urlencoded" and not body.lstrip().startswith((b"{", b"[", b'"')):
             fields = dict(parse_qsl(body.decode("utf-8", "replace")))
         else:
             data = _json_object(body, query_id)
@@ -255,7 +257,7 @@ def rank_question(request: AskRequest, settings, conn: sqlite3.Connection,
     matrix = ranker.page_matrix(conn) if model is not None else None
     if model is None or not matrix.paths:
         reason = "model-unavailable"
-    elif not model_allowed():
+    elif not model_allowed():  # spent before embedding: a run that overruns its deadline still used the core
         reason = "rate-limited"
     else:
         try:

@@ -30,7 +30,8 @@ NO_STORE = "no-store"
 PAGE_CACHE = "public, max-age=0, s-maxage=86400, stale-while-revalidate=604800"
 DOC_CACHE = "public, max-age=3600"
 SUPPORTED_API_VERSIONS = ["1"]
-MAX_QUERY_BYTES = 8192
+# A 5 KB /ask question with every byte percent-encoded (15 KB) still fits, with its other parameters.
+MAX_QUERY_BYTES = 16 * 1024
 MAX_FIELDS = 200
 MAX_BODY_BYTES = 1 << 20
 DOCS_PATH = "/developers"
@@ -74,12 +75,18 @@ def clamp_int(raw, default: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
 
+def json_bytes(value) -> bytes:
+    """UTF-8 JSON; a lone surrogate a client sent as a \\u escape and that comes back in an error or
+    an echo becomes "?" instead of failing the response."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "replace")
+
+
 def cached_json(conn, key: tuple, compute: Callable[[], dict]) -> Reply:
     """A JSON reply whose encoded body is kept per thread until site.db changes (db.versioned_cache):
     a repeated query costs a dictionary lookup. Errors raised by `compute` are not cached."""
     cache = db.versioned_cache(conn)
     if key not in cache:
-        cache[key] = json.dumps(compute(), ensure_ascii=False).encode()
+        cache[key] = json_bytes(compute())
     return Reply(cache[key])
 
 
@@ -269,9 +276,9 @@ class Site:
         self._send_headers({"Cache-Control": reply.cache or cache, **reply.headers})
         response.content_type = reply.content_type
         if isinstance(reply.body, (dict, list)):
-            return json.dumps(reply.body, ensure_ascii=False).encode()
+            return json_bytes(reply.body)
         if isinstance(reply.body, str):
-            return reply.body.encode()
+            return reply.body.encode("utf-8", "replace")
         return reply.body  # bytes or an iterator (event streams)
 
     @staticmethod
@@ -295,12 +302,12 @@ class Site:
             fmt = error_format(request.path, header("Accept"))
         if fmt == "json":
             response.content_type = "application/json"
-            return json.dumps(body, ensure_ascii=False).encode()
+            return json_bytes(body)
         content_type, text, extra = self.render_error(fmt, body, request.path)
         response.content_type = content_type
         for name, value in extra.items():
             response.set_header(name, value)
-        return text.encode()
+        return text.encode("utf-8", "replace")
 
     def _early(self, environ, start_response, status, error, code):
         body = json.dumps({"error": error, "code": code, "status": status,

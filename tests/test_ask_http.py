@@ -1,10 +1,14 @@
-"""/ask over HTTP against the real app in waitress: both dialects, both streams read frame by frame
-by a real SSE client (httpx-sse), bad bodies, mode 501, and the model budget falling back to lexical.
-Every JSON answer is validated against /openapi.json."""
+"""/ask over HTTP against the real app in waitress: every parameter rule of both dialects, both
+streams read frame by frame by a real SSE client (httpx-sse) and as raw text, bad bodies and hostile
+text, mode 501, methods, and each fallback reason (model budget, a zero deadline, no model file).
+Every JSON answer is validated against /openapi.json. Each test asks as its own caller
+(X-Forwarded-For from the trusted proxy), so the model budget of one test never leaks into another."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import uuid
 
 import httpx
 import pytest
@@ -16,23 +20,37 @@ from servers import serve_wsgi
 from siteapi.config import RatePolicy
 
 
+CALLERS = itertools.count(1)
+
+
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
+def settings(tmp_path_factory):
     settings = make_settings(tmp_path_factory.mktemp("ask-http"))
     settings = dataclasses.replace(settings, rates={**settings.rates, "ask_model": RatePolicy("ask_model", 20, 60)})
     build_site(settings)  # the content job computes the page vectors too
+    return settings
+
+
+@pytest.fixture(scope="module")
+def base(settings):
     with serve_wsgi(make_app(settings).wsgi) as url:
         yield url
 
 
-@pytest.fixture()
-def client(base, checker):
+def http_client(base, checker) -> httpx.Client:
     def validate(response):
         if "json" in response.headers.get("content-type", ""):
             response.read()
             checker.validate(response.request.method, response.request.url.path, response)
 
-    with httpx.Client(base_url=base, timeout=30, event_hooks={"response": [validate]}) as c:
+    n = next(CALLERS)
+    return httpx.Client(base_url=base, timeout=30, event_hooks={"response": [validate]},
+                        headers={"X-Forwarded-For": f"10.9.{n // 250}.{n % 250 + 1}"})
+
+
+@pytest.fixture()
+def client(base, checker):
+    with http_client(base, checker) as c:
         yield c
 
 
@@ -106,3 +124,197 @@ def test_the_21st_question_in_a_minute_is_ranked_lexically(client):
     rankings = [client.get("/ask", params={"query": "carburetor", "streaming": "0"}, headers=headers)
                 .json()["_meta"]["ranking"] for _ in range(21)]
     assert rankings[:20] == ["model:minilm-l6-v2-int8"] * 20 and rankings[20] == "lexical:rate-limited"
+
+
+# --- every parameter rule, over HTTP ------------------------------------------------------------
+
+def ask_json(client, **params) -> dict:
+    r = client.get("/ask", params={"streaming": "0", **params})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.parametrize("value", ["0", "false", "no", "off", "FALSE", " Off "])
+def test_streaming_off_words_answer_one_json_body(client, value):
+    r = client.get("/ask", params={"query": "coffee", "streaming": value})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    assert r.json()["results"]
+
+
+@pytest.mark.parametrize("value", ["1", "true", "yes", "banana", ""])
+def test_any_other_streaming_value_streams(client, value):
+    r = client.get("/ask", params={"query": "coffee", "streaming": value})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    assert r.text.startswith(": keep-alive\n\n")
+
+
+def test_unknown_and_unserved_modes(client):
+    r = client.get("/ask", params={"query": "coffee", "mode": "generate"})
+    assert r.status_code == 501 and r.json()["supported_modes"] == ["list"] and r.json()["parameter"] == "mode"
+    r = client.get("/ask", params={"query": "coffee", "mode": "poetry"})
+    assert r.status_code == 400 and r.json()["parameter"] == "mode" and r.json()["code"] == "invalid_parameter"
+    r = client.post("/ask", json={"query": {"text": "coffee"}, "prefer": {"mode": "summarize"}})
+    assert r.status_code == 501 and r.json()["supported_modes"] == ["list"]
+    assert ask_json(client, query="coffee", mode="LIST")["mode"] == "list"
+
+
+@pytest.mark.parametrize("site", ["", "all", "aadhar.sh", "https://aadhar.sh", "HTTPS://AADHAR.SH/"])
+def test_accepted_site_values(client, site):
+    body = ask_json(client, query="coffee", site=site)
+    assert body["site"] == "aadhar.sh" and all(r["site"] == "aadhar.sh" for r in body["results"])
+
+
+@pytest.mark.parametrize("params,count", [
+    ({"top_k": "3"}, 3), ({"top_k": "0"}, 1), ({"top_k": "-4"}, 1), ({"top_k": "abc"}, 10), ({}, 10),
+    ({"limit": "4"}, 4), ({"top_k": "2", "limit": "7"}, 2), ({"top_k": "999"}, 46), ({"top_k": "", "limit": "5"}, 5),
+])
+def test_top_k_is_clamped_and_limit_read_in_its_absence(client, params, count):
+    body = ask_json(client, query="motorcycle", **params)
+    assert len(body["results"]) == count  # 999 -> 50, and the demo site has 46 pages
+    assert body["total"] == 46
+
+
+def test_prev_keeps_the_first_ten_and_reports_what_was_searched(client):
+    prev = ",".join(f"earlier question {n}" for n in range(1, 13))
+    body = ask_json(client, query="and the jets?", prev=prev)
+    searched = body["decontextualized_query"]
+    assert searched.startswith("and the jets?") and "earlier question 10" in searched
+    assert "earlier question 11" not in searched and "earlier question 12" not in searched
+    as_json = ask_json(client, query="and the jets?", prev=json.dumps(["carburetor rebuild", "float height"]))
+    assert "carburetor rebuild; float height" in as_json["decontextualized_query"]
+
+
+def test_decontextualized_query_is_searched_instead(client):
+    body = ask_json(client, query="and the jets?", prev="coffee,espresso", decontextualized_query="CB550 carburetor jets")
+    assert body["decontextualized_query"] == "CB550 carburetor jets"
+    assert body["results"][0]["url"] == "https://aadhar.sh/writing/cb550-carb-rebuild"
+
+
+def test_query_id_is_echoed_or_generated(client):
+    assert ask_json(client, query="coffee", query_id="mine-1")["query_id"] == "mine-1"
+    generated = ask_json(client, query="coffee")["query_id"]
+    assert uuid.UUID(generated)
+
+
+def test_body_fields_win_over_the_query_string(client):
+    r = client.post("/ask", params={"top_k": "5", "query": "carburetor"},
+                    json={"query": {"text": "coffee"}, "top_k": 2, "prefer": {"streaming": False}})
+    assert r.status_code == 200 and len(r.json()["results"]) == 2 and r.json()["query"] == "coffee"
+    r = client.post("/ask", params={"query": "carburetor", "top_k": "5"}, json={"query": "coffee", "streaming": "0"})
+    assert r.status_code == 200 and r.json()["query"] == "coffee" and len(r.json()["results"]) == 5
+    assert r.json()["_meta"]["dialect"] == "legacy"
+
+
+def test_a_form_body_is_read_as_parameters_but_a_json_array_is_still_not_an_object(client):
+    r = client.post("/ask", content="query=coffee&streaming=0&top_k=2",
+                    headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 200 and r.json()["query"] == "coffee" and len(r.json()["results"]) == 2
+    for content in ("[1, 2]", '"a question"'):
+        r = client.post("/ask", content=content, headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert r.status_code == 400 and r.json()["parameter"] == "body"
+
+
+def test_an_oversized_body_is_refused_without_misstating_its_size(client):
+    r = client.post("/ask", content=b'{"query": "' + b"a" * 2_000_000 + b'"}', headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["parameter"] == "body"
+    assert "over 65536 bytes" in r.json()["error"]
+
+
+# --- hostile text: answered or a 400, never a 500 -----------------------------------------------
+
+@pytest.mark.parametrize("question", [
+    "coffee\x00 slots\x1b[31m\x7f\x85", "a" * 5000, "é" * 2600, "咖啡" * 900, "\t\n coffee \r\n",
+])
+def test_control_characters_and_5_kb_questions_over_get(client, question):
+    r = client.get("/ask", params={"query": question, "streaming": "0"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert not any(ch in body["query"] for ch in "\x00\x1b\x7f\x85\r\n")
+
+
+@pytest.mark.parametrize("body", [
+    b'{"query": {"text": "coffee \\ud800 slots"}, "prefer": {"streaming": false}}',
+    b'{"query": {"text": "coffee"}, "query_id": "\\udc00x", "prefer": {"streaming": false}}',
+    b'{"query": "coffee \\udfff", "prev": ["\\ud83d"], "streaming": "0"}',
+])
+def test_lone_surrogates_in_a_json_body_are_answered(client, body):
+    r = client.post("/ask", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200 and r.json()["results"]
+    assert "coffee" in r.json()["query"] and r.json()["query_id"]
+
+
+def test_lone_surrogates_in_a_streamed_answer(client):
+    body = {"query": {"text": "coffee \ud800"}, "query_id": "\udc00"}
+    payload = json.dumps(body).encode()  # json.dumps escapes the surrogates as \u sequences
+    with connect_sse(client, "POST", "/ask", content=payload, headers={"Content-Type": "application/json"}) as source:
+        events = [e.event for e in source.iter_sse()]
+    assert events[0] == "start" and events[-1] == "complete" and "error" not in events
+
+
+# --- streams: raw text and every frame field ----------------------------------------------------
+
+def test_legacy_stream_as_raw_text_and_every_frame_field(client):
+    r = client.get("/ask", params={"query": "ignition points", "top_k": "2", "query_id": "raw-1"})
+    assert r.text.startswith(": keep-alive\n\n")
+    frames = [json.loads(block[len("data: "):]) for block in r.text.split("\n\n")[1:] if block]
+    begin, results, end = frames[0], frames[1:-1], frames[-1]
+    assert begin == {"message_type": "begin-nlweb-response", "conversation_id": "raw-1", "query_id": "raw-1",
+                     "query": "ignition points"}
+    for frame in results:
+        assert frame["message_type"] == "result" and frame["conversation_id"] == frame["query_id"] == "raw-1"
+        (item,) = frame["content"]
+        assert item["@type"] == "Item" and item["site"] == "aadhar.sh" and 0 <= item["score"] <= 100
+        assert item["description"] and item["schema_object"]["@id"] == item["url"] == item["schema_object"]["url"]
+        assert item["schema_object"]["@context"] == "https://schema.org" and item["schema_object"]["name"] == item["name"]
+    assert end["message_type"] == "end-nlweb-response" and end["decontextualized_query"] == "ignition points"
+    assert end["total"] == 46 and end["_meta"] == {
+        "version": "0.55", "dialect": "legacy", "retrieval": "embedding", "ranking": "model:minilm-l6-v2-int8",
+        "description": "extractive", "modes_supported": ["list"]}
+
+
+def test_structured_stream_start_and_complete_fields(client):
+    with connect_sse(client, "POST", "/ask", json={"query": {"text": "valve clearances"}, "top_k": 1,
+                                                    "query_id": "s-9"}) as source:
+        frames = [(e.event, json.loads(e.data)) for e in source.iter_sse()]
+    (_, start), (_, result), (_, complete) = frames
+    assert start == {"_meta": {"version": "0.55", "response_type": "answer", "mode": "list", "site": "aadhar.sh"},
+                     "streaming": True, "query_id": "s-9"}
+    assert result["index"] == 0 and result["item"]["url"] == "https://aadhar.sh/writing/cb550-valve-clearances"
+    assert complete["query_id"] == "s-9" and complete["decontextualized_query"] == "valve clearances"
+    assert complete["_meta"]["dialect"] == "0.55" and complete["_meta"]["description"] == "extractive"
+
+
+def test_probabilities_over_http_sum_to_at_most_100_and_fall_with_rank(client):
+    body = ask_json(client, query="which film simulation for grey days", top_k="50")
+    scores = [r["score"] for r in body["results"]]
+    assert len(scores) == 46 and sum(scores) <= 100 and scores == sorted(scores, reverse=True)
+    assert all(isinstance(s, int) and 0 <= s <= 100 for s in scores)
+
+
+# --- methods -----------------------------------------------------------------------------------
+
+def test_ask_methods(client):
+    for method in ("PUT", "DELETE", "PATCH"):
+        r = client.request(method, "/ask", params={"query": "coffee"})
+        assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD, POST, OPTIONS"
+    r = client.options("/ask")
+    assert r.status_code == 204 and r.headers["allow"] == "GET, HEAD, POST, OPTIONS"
+    r = client.head("/ask", params={"query": "coffee"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream") and r.content == b""
+
+
+# --- fallbacks on servers of their own ----------------------------------------------------------
+
+@pytest.mark.parametrize("ask_section,reason", [
+    ({"deadline_ms": 0}, "lexical:timeout"),
+    ({"model_path": "/nonexistent/minilm.onnx"}, "lexical:model-unavailable"),
+])
+def test_fallback_reasons_over_http(settings, checker, ask_section, reason):
+    changed = dataclasses.replace(settings, sections={**settings.sections, "ask": {**settings.section("ask"), **ask_section}})
+    with serve_wsgi(make_app(changed).wsgi) as url, http_client(url, checker) as c:
+        body = c.get("/ask", params={"query": "carburetor jets", "streaming": "0"}).json()
+        assert body["_meta"]["ranking"] == reason and body["_meta"]["retrieval"] == "lexical"
+        assert body["results"][0]["score"] == 100 and all(1 <= r["score"] <= 100 for r in body["results"])
+        with connect_sse(c, "GET", "/ask", params={"query": "carburetor jets"}) as source:
+            end = [json.loads(e.data) for e in source.iter_sse()][-1]
+        assert end["message_type"] == "end-nlweb-response" and end["_meta"]["ranking"] == reason
