@@ -43,38 +43,46 @@ def operations(doc: dict):
                 yield path, method, item[method]
 
 
+def api_operations(doc: dict):
+    """(path, method, operation) for the JSON API (not the documents), in document order."""
+    return [(path, method, op) for path, method, op in operations(doc) if "documents" not in op.get("tags", [])]
+
+
 def api_endpoints() -> list[tuple[str, str, str]]:
-    """(summary, path, description's first sentence) for the JSON API endpoints (not the documents)."""
+    """(summary, path, note) per JSON API operation: the description's first sentence, prefixed with
+    the method when it is not GET."""
     out = []
-    for path, method, op in operations(_load()):
-        if "documents" in op.get("tags", []) or method != "get":
-            continue
-        note = (op.get("description") or op.get("summary", "")).strip().split("\n")[0]
-        out.append((op.get("summary", path), path, note))
+    for path, method, op in api_operations(_load()):
+        text = " ".join((op.get("description") or op.get("summary", "")).split())
+        note = text.split(". ")[0].rstrip(".") + "."
+        out.append((op.get("summary", path), path, note if method == "get" else f"{method.upper()}: {note}"))
     return out
 
 
 def catalog(settings) -> dict:
-    """RFC 9727 linkset: the API anchor with its description and documentation, plus each endpoint."""
+    """RFC 9727 linkset: the API anchor with its description and documentation, plus each endpoint
+    with the guide's section for each of its operations."""
     url = settings.url
     base = {
         "anchor": url("/"),
         "service-desc": [{"href": url("/openapi.json"), "type": "application/openapi+json"}],
         "service-doc": [{"href": url("/developers"), "type": "text/html"}],
     }
-    doc = _load()
-    endpoints = [
-        {"anchor": url(path),
-         "service-desc": [{"href": url("/openapi.json"), "type": "application/openapi+json"}],
-         "service-doc": [{"href": url("/developers") + "#" + op["operationId"], "type": "text/html"}]}
-        for path, method, op in operations(doc)
-        if method == "get" and "documents" not in op.get("tags", [])
-    ]
+    docs: dict[str, list] = {}
+    for path, _, op in api_operations(_load()):
+        docs.setdefault(path, []).append({"href": url("/developers") + "#" + op["operationId"], "type": "text/html"})
+    endpoints = [{"anchor": url(path), "service-desc": [{"href": url("/openapi.json"), "type": "application/openapi+json"}],
+                  "service-doc": links} for path, links in docs.items()]
     return {"linkset": [base, *endpoints]}
 
 
+def parameters(doc: dict, op: dict) -> list[dict]:
+    """The operation's parameters in order, `$ref`s resolved."""
+    return [_resolve(doc, p["$ref"]) if "$ref" in p else p for p in op.get("parameters", [])]
+
+
 def curl_example(settings, path: str, method: str, op: dict) -> str:
-    params = [p for p in op.get("parameters", []) if "example" in p]
+    params = [p for p in parameters(_load(), op) if "example" in p]
     query = {p["name"]: p["example"] for p in params if p["in"] == "query"}
     for p in params:
         if p["in"] == "path":
@@ -100,8 +108,7 @@ def guide_markdown(settings, intro: str = "") -> str:
                 f"`{method.upper()} {path}` — operation `{op['operationId']}`", ""]
         if op.get("description"):
             out += [op["description"].strip(), ""]
-        params = [p for p in op.get("parameters", []) if "$ref" not in p] + [
-            _resolve(doc, p["$ref"]) for p in op.get("parameters", []) if "$ref" in p]
+        params = parameters(doc, op)
         if params:
             out += ["| Parameter | Required | Description |", "|---|---|---|"]
             out += [f"| `{p['name']}` | {'yes' if p.get('required') else 'no'} | "

@@ -95,6 +95,34 @@ def test_api_catalog_is_an_rfc9727_linkset(api):
     assert "https://aadhar.sh/search.json" in anchors and "https://aadhar.sh/resume.json" in anchors
 
 
+def test_openapi_has_no_key_without_a_value(api):
+    """A YAML flow mapping whose description holds an unquoted comma leaves a stray key with a null
+    value; the OpenAPI validator accepts it (unknown keywords are allowed), so look for it here."""
+    def strays(node, where):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if value is None:
+                    yield f"{where}/{key}"
+                yield from strays(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for n, value in enumerate(node):
+                yield from strays(value, f"{where}/{n}")
+
+    assert list(strays(api.get("/openapi.json").json(), "")) == []
+
+
+def test_both_ask_dialects_are_listed_in_llms_txt_the_catalog_and_the_guide(api):
+    ask_lines = [line for line in api.get("/llms.txt").text.splitlines() if "(https://aadhar.sh/ask)" in line]
+    assert len(ask_lines) == 2 and any("query-string dialect" in line for line in ask_lines)
+    assert any("v0.55 JSON-body dialect" in line and ": POST: " in line for line in ask_lines)
+    assert all(line.rstrip().endswith(".") for line in ask_lines)  # whole first sentences, not cut lines
+    (entry,) = [e for e in api.get("/.well-known/api-catalog").json()["linkset"] if e["anchor"] == "https://aadhar.sh/ask"]
+    assert [link["href"] for link in entry["service-doc"]] == [
+        "https://aadhar.sh/developers#askSite", "https://aadhar.sh/developers#askSiteStructured"]
+    guide = api.get("/developers.md").text
+    assert "`GET /ask`" in guide and "`POST /ask`" in guide and "`prefer.streaming`" in guide
+
+
 def test_openapi_is_valid_and_every_operation_is_keyless(api):
     doc = api.get("/openapi.json").json()
     validate(doc)
