@@ -130,7 +130,7 @@ class InProcess:
         payload = json.dumps(body).encode() if body is not None else b""
         environ: dict = {}
         setup_testing_defaults(environ)
-        environ.update({"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": urlencode(query),
+        environ.update({"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": urlencode(query, errors="replace"),
                         "REMOTE_ADDR": caller, "HTTP_ACCEPT": "application/json", "wsgi.input": io.BytesIO(payload),
                         "CONTENT_LENGTH": str(len(payload)), "CONTENT_TYPE": "application/json",
                         "wsgi.errors": sys.stderr})

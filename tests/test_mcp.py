@@ -124,6 +124,13 @@ def test_a_tool_call_answers_what_the_endpoint_answers(api):
     assert resume["structuredContent"]["basics"]
 
 
+@pytest.mark.parametrize("name,arguments", [("search_site", {"q": "coffee \ud800"}), ("ask", {"query": "coffee \udfff"})])
+def test_a_lone_surrogate_in_an_argument_is_answered(api, name, arguments):
+    response = tool_call(api, name, arguments)  # json.dumps sends the surrogate as a \u escape
+    result = response.json()["result"]
+    assert response.status_code == 200 and result.get("isError") is not True and result["structuredContent"]["results"]
+
+
 def test_a_failing_endpoint_is_a_tool_error_with_its_sentence(api):
     result = tool_call(api, "search_site", {"q": "   "}).json()["result"]
     assert result["isError"] is True and "structuredContent" not in result
