@@ -24,13 +24,23 @@ def stop_thread(server, thread) -> None:
 @contextlib.contextmanager
 def serve_wsgi(app, trusted_proxy: bool = True):
     """Run a WSGI app in waitress on 127.0.0.1:<free port> under siteapi.serving's options (without
-    the trusted proxy if asked); yields the base URL."""
+    the trusted proxy if asked); yields the base URL. The loop runs in short turns so that it can
+    stop, and its sockets are closed by the same thread (closing them under a running select()
+    fails with EBADF)."""
     server = serving.create_server(app, behind_proxy=trusted_proxy, port=0, ident="siteapi-test")
-    thread = threading.Thread(target=server.run, daemon=True)
+    stopping = threading.Event()
+
+    def run():
+        while not stopping.is_set():
+            server.asyncore.loop(timeout=0.05, map=server._map, count=1)
+        for dispatcher in list(server._map.values()):
+            dispatcher.close()
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.effective_port}"
     finally:
-        server.close()
-        server.task_dispatcher.shutdown(timeout=5)
+        stopping.set()
         thread.join(timeout=5)
+        server.task_dispatcher.shutdown(timeout=5)
