@@ -24,7 +24,8 @@ YARDSTICKS = {"lens": (["extruct>=0.17,<1"], "--extruct"),
 
 
 def extra_args(name: str) -> list[str]:
-    """A benchmark with a yardstick gets bench/.venv's python, with the yardstick installed on first use."""
+    """A benchmark with a yardstick gets bench/.venv's python, the yardstick installed into it (pip
+    leaves it alone once it is there)."""
     if name not in YARDSTICKS:
         return []
     packages, option = YARDSTICKS[name]

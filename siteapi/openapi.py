@@ -83,12 +83,14 @@ def parameters(doc: dict, op: dict) -> list[dict]:
 
 def curl_example(settings, path: str, method: str, op: dict) -> str:
     params = [p for p in parameters(_load(), op) if "example" in p]
-    query = {p["name"]: p["example"] for p in params if p["in"] == "query"}
+    body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("example")
+    # A POST with a body example says it all in the body (POST /ask also reads the query string).
+    query = {} if method == "post" and body is not None else {
+        p["name"]: p["example"] for p in params if p["in"] == "query"}
     for p in params:
         if p["in"] == "path":
             path = path.replace("{" + p["name"] + "}", str(p["example"]))
     url = settings.url(path) + ("?" + urlencode(query) if query else "")
-    body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("example")
     if method == "post" and body is not None:
         return (f"curl -s -X POST {shlex.quote(url)} -H 'Content-Type: application/json' "
                 f"-d {shlex.quote(json.dumps(body))}")
