@@ -70,7 +70,8 @@ def main() -> int:
         access_log = Path(settings.access_log or ROOT / "var" / "access.log")
         access_log.parent.mkdir(parents=True, exist_ok=True)
         access_log.touch()  # the ledger job may read before Caddy's first request creates it
-        env.update({"SITE_ADDRESS": f":{ports['caddy']}", "SITE_IMAGES_DIR": str(settings.images_dir),
+        env.update({"SITE_ADDRESS": f":{ports['caddy']}", "CADDY_BIND": os.environ.get("CADDY_BIND", "127.0.0.1"),
+                    "SITE_IMAGES_DIR": str(settings.images_dir),
                     "SITE_PHOTOS_DIR": str(settings.photos_dir),
                     "SITE_ACCESS_LOG": str(access_log)})
         commands["caddy"] = [caddy, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"]

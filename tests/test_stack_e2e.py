@@ -1,5 +1,8 @@
 """End to end, as `make run` starts it: the app in waitress, Datasette and the job scheduler, with
-real Caddy in front. Skipped only where `caddy` is not installed (CI installs it)."""
+real Caddy in front; and the project's Caddyfile in front of a slow event stream of the tests' own.
+Every JSON answer of the app through the edge is validated against /openapi.json. Skipped only where
+`caddy` is not installed (CI installs it)."""
+import contextlib
 import json
 import os
 import shutil
@@ -7,12 +10,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
+import httpx
 import pytest
 import requests
+from httpx_sse import connect_sse
 
-from conftest import ROOT
+from conftest import ROOT, Client
+from servers import serve_wsgi
 
 CADDY = shutil.which("caddy")
 needs_caddy = pytest.mark.skipif(CADDY is None and not os.environ.get("CI"), reason="caddy is not installed")
@@ -74,9 +81,35 @@ def stack(tmp_path_factory):
         print(out)
 
 
+@pytest.fixture(scope="module")
+def edge(stack, checker):
+    """requests through Caddy to the app, each JSON answer validated against /openapi.json."""
+    return Client(stack["edge"], checker)
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net shows them) of every socket listening on `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            for line in list(lines)[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.rsplit(":", 1)
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(address)
+    return found
+
+
 @needs_caddy
-def test_api_through_caddy(stack):
-    r = requests.get(stack["edge"] + "/search.json?q=carburetor", headers={"Accept-Encoding": "gzip"}, timeout=30)
+def test_every_server_listens_on_loopback_only(stack):
+    for name in ("CADDY_PORT", "SITE_PORT", "DATASETTE_PORT"):
+        # 127.0.0.1 as /proc/net/tcp writes it (little-endian hex)
+        assert listening_addresses(stack[name]) == {"0100007F"}, name
+
+
+@needs_caddy
+def test_api_through_caddy(edge):
+    r = edge.get("/search.json?q=carburetor", headers={"Accept-Encoding": "gzip"})
     assert r.status_code == 200 and r.json()["results"]
     assert r.headers["RateLimit-Policy"].startswith('"read"')
     assert r.headers.get("Content-Encoding") in ("gzip", "zstd")
@@ -123,8 +156,8 @@ def test_images_are_static_with_a_long_cache(stack):
 
 
 @needs_caddy
-def test_photo_archive_through_the_edge(stack):
-    manifest = requests.get(stack["edge"] + "/images/manifest.json", timeout=30).json()
+def test_photo_archive_through_the_edge(stack, edge):
+    manifest = edge.get("/images/manifest.json").json()
     assert manifest["count"] >= 24  # the demo set `make run` generates on first run
     thumb = manifest["photos"][0]["thumb_small"]
     path = "/images/" + thumb.rsplit("/images/", 1)[1]
@@ -152,7 +185,7 @@ def test_access_log_is_json_lines(stack):
 
 
 @needs_caddy
-def test_ledger_reads_the_real_caddy_log(stack):
+def test_ledger_reads_the_real_caddy_log(stack, edge):
     for _ in range(3):
         requests.get(stack["edge"] + "/writing/llms-txt", headers={"User-Agent": "Mozilla/5.0 (compatible; ClaudeBot/1.0)"},
                      timeout=30)
@@ -164,7 +197,7 @@ def test_ledger_reads_the_real_caddy_log(stack):
     out = subprocess.run([sys.executable, "jobs.py", "run", "ledger"], cwd=ROOT, env=stack["env"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-    body = requests.get(stack["edge"] + "/ledger.json", timeout=30).json()
+    body = edge.get("/ledger.json").json()
     hits = {item["bot"]: item["hits"] for item in body["line_items"]}
     assert hits["claudebot"] == 3 and body["total_hits"] >= 3
 
@@ -174,3 +207,116 @@ def test_jobs_scheduler_is_running(stack):
     assert stack["proc"].poll() is None
     r = requests.get(f"http://127.0.0.1:{stack['SITE_PORT']}/", timeout=30)
     assert r.status_code == 200
+
+
+@needs_caddy
+def test_ask_through_caddy_both_ways(stack, edge):
+    answer = edge.get("/ask?query=which+relational+engine+keeps+the+records&streaming=0&top_k=3",
+                      headers={"Accept-Encoding": "gzip"})
+    assert answer.status_code == 200 and len(answer.json()["results"]) == 3
+    assert answer.json()["_meta"]["ranking"].startswith("model:")
+    with httpx.Client(base_url=stack["edge"], timeout=30, headers={"Accept-Encoding": "gzip, zstd"}) as client:
+        with connect_sse(client, "GET", "/ask", params={"query": "which relational engine keeps the records",
+                                                         "top_k": "3"}) as source:
+            # Caddy's encode matcher leaves event streams alone: compressed frames would wait for a full block.
+            assert "content-encoding" not in source.response.headers
+            assert source.response.headers["x-accel-buffering"] == "no"
+            kinds = [json.loads(event.data)["message_type"] for event in source.iter_sse()]
+    assert kinds == ["begin-nlweb-response", "result", "result", "result", "end-nlweb-response"]
+
+
+class SlowStreams:
+    """A WSGI app of the tests' own behind the project's Caddyfile: /frames holds its second frame
+    until the client has seen the first; /endless writes until its client goes away."""
+
+    def __init__(self):
+        self.first_received = threading.Event()
+        self.stopped = threading.Event()
+        self.made = []
+
+    def __call__(self, environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")])
+        return self.frames() if environ["PATH_INFO"] == "/frames" else self.endless()
+
+    def frames(self):
+        yield b"data: one\n\n"
+        assert self.first_received.wait(10), "the edge held the first frame back"
+        yield b"data: two\n\n"
+
+    def endless(self):
+        try:
+            for n in range(4000):
+                self.made.append(n)
+                yield b"data: %d\n\n" % n
+                time.sleep(0.005)
+        finally:
+            self.stopped.set()
+
+
+@contextlib.contextmanager
+def caddy_in_front(app_port: int, tmp):
+    """The project's Caddyfile on a loopback port of its own, proxying to `app_port`."""
+    port = free_port()
+    env = {**os.environ, "SITE_ADDRESS": f":{port}", "CADDY_BIND": "127.0.0.1", "CADDY_ADMIN": "off",
+           "SITE_PORT": str(app_port), "DATASETTE_PORT": str(free_port()), "SITE_ACCESS_LOG": str(tmp / "access.log"),
+           "SITE_IMAGES_DIR": str(tmp), "SITE_PHOTOS_DIR": str(tmp), "XDG_DATA_HOME": str(tmp / "xdg-data"),
+           "XDG_CONFIG_HOME": str(tmp / "xdg-config"), "HOME": str(tmp)}
+    proc = subprocess.Popen([CADDY, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, "caddy did not come up"
+            time.sleep(0.2)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def slow_edge(tmp_path_factory):
+    streams = SlowStreams()
+    with serve_wsgi(streams) as base, caddy_in_front(int(base.rsplit(":", 1)[1]), tmp_path_factory.mktemp("edge")) as port:
+        yield streams, port
+
+
+def stream_socket(port: int, path: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip, zstd\r\n\r\n".encode())
+    return sock
+
+
+def read_until(sock: socket.socket, marker: bytes) -> bytes:
+    """Read until `marker` arrives; socket.timeout (a failure) if something holds it back."""
+    seen = b""
+    while marker not in seen:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before {marker!r}"
+        seen += chunk
+    return seen
+
+
+@needs_caddy
+def test_edge_passes_each_frame_on_as_it_is_written(slow_edge):
+    streams, port = slow_edge
+    sock = stream_socket(port, "/frames")
+    try:
+        head = read_until(sock, b"data: one")
+        assert b"data: two" not in head and b"Content-Encoding" not in head
+        streams.first_received.set()
+        read_until(sock, b"data: two")
+    finally:
+        sock.close()
+
+
+@needs_caddy
+def test_a_client_that_leaves_the_edge_stops_the_stream(slow_edge):
+    streams, port = slow_edge
+    sock = stream_socket(port, "/endless")
+    read_until(sock, b"data: 0")
+    sock.close()
+    assert streams.stopped.wait(10), "the stream ran on after its client left the edge"
+    assert len(streams.made) < 4000
