@@ -169,7 +169,9 @@ def page_vector(model: Model, title: str, description: str, text: str) -> np.nda
     vectors and overlapping passages did no better on held-out questions (`bench/bench_ask.py
     --variants`), so this stays. SIF token weights counted over the site's own pages reached top-1
     0.71 but won only one held-out half, and would re-embed every page whenever any page changed;
-    weights from general English word frequencies did worse (0.65)."""
+    weights from general English word frequencies did worse (0.65). Corrections fitted on the site's
+    passages - centring, removing the top principal component, whitening, hubness correction (CSLS) -
+    move top-1 by at most 0.04 and none lifts both held-out halves or MRR@10 to 0.80."""
     # One passage per run: batching is no faster on one thread and holds far more memory.
     centroid = np.mean([model.embed([p])[0] for p in passages(title, description, text)], axis=0)
     return (centroid / max(float(np.linalg.norm(centroid)), 1e-12)).astype(np.float32)
