@@ -185,6 +185,9 @@ def _json_object(body: bytes, query_id: str) -> dict:
     except (ValueError, UnicodeDecodeError) as exc:
         raise _bad("body", f"The request body is not valid JSON ({exc}); send a JSON object such as "
                            '{"query": {"text": "your question"}}.', query_id) from None
+    except RecursionError:  # thousands of nested arrays fit in 64 KB and exhaust the decoder's stack
+        raise _bad("body", "The request body nests JSON too deeply to read; send a flat JSON object such as "
+                           '{"query": {"text": "your question"}}.', query_id) from None
     if not isinstance(data, dict):
         raise _bad("body", 'The request body must be a JSON object such as {"query": {"text": "your question"}}, '
                            f"not a JSON {type(data).__name__}.", query_id)

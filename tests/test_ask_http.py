@@ -220,6 +220,15 @@ def test_an_oversized_body_is_refused_without_misstating_its_size(client):
     assert "over 65536 bytes" in r.json()["error"]
 
 
+@pytest.mark.parametrize("content", [b'{"query": {"text": "car"}, "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+                                     b"[" * 30000])
+def test_deeply_nested_json_is_a_400_on_body(client, content):
+    for content_type in ("application/json", "text/plain"):
+        r = client.post("/ask", content=content, headers={"Content-Type": content_type})
+        assert r.status_code == 400 and r.json()["parameter"] == "body", r.text
+        assert "too deeply" in r.json()["error"]
+
+
 # --- hostile text: answered or a 400, never a 500 -----------------------------------------------
 
 @pytest.mark.parametrize("question", [
