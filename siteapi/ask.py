@@ -105,7 +105,7 @@ def _split_prev(raw: str) -> list[str]:
             items = json.loads(raw)
             if isinstance(items, list) and all(isinstance(i, str) for i in items):
                 return items
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
         raw = raw[1:-1] if raw.endswith("]") else raw[1:]
     return [item.strip().strip("\"'") for item in raw.split(",")]

@@ -4,7 +4,8 @@ Sites: ready.test (every agent door: expect level 5), blog.test (content only), 
 for every path), blocked.test (robots.txt blocks AI crawlers and AI user agents get a challenge),
 paid.test (402 pay-per-crawl + x402), robots503.test, signals.test (Content-Signal + TDMRep),
 hang.test (every probe hangs), bigrobots.test (5 MB robots.txt), binrobots.test, bomb.test (a
-sitemap bomb), malformed.test (broken cards and OpenAPI). `latency` adds a delay to every answer.
+sitemap bomb), malformed.test (broken cards and OpenAPI), deep.test (every JSON answer nested 20,000
+deep, its home page a 402). `latency` adds a delay to every answer.
 A small UDP DNS server (dnspython messages) answers the DNS-AID and HTTPS/ECH lookups.
 `site_fetcher()` reaches the web through the fetcher's seams.
 """
@@ -29,7 +30,7 @@ from siteapi.lens.fetch import AddressPolicy, Fetcher
 from servers import start_thread, stop_thread
 
 SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
-         "hang.test", "bigrobots.test", "binrobots.test", "bomb.test", "malformed.test")
+         "hang.test", "bigrobots.test", "binrobots.test", "bomb.test", "malformed.test", "deep.test")
 WORDS = " ".join(["Plain words for machine readers about sourdough, photographs and the open web."] * 8)
 
 READY_HOME = f"""<!doctype html><html><head><meta charset="utf-8"><title>Ready site</title>
@@ -216,6 +217,16 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, BLOG_HOME)
         self.not_found()
 
+    def site_deep(self, path):
+        deep = "[" * 20_000 + "]" * 20_000
+        if path == "/robots.txt":
+            return self.send(200, "User-agent: *\nAllow: /\n", "text/plain")
+        if path == "/":
+            return self.send(402, deep, "application/json", {"crawler-price": "USD 0.01"})
+        if path in ("/mcp", "/ask") or path.endswith(".json") or path.startswith("/.well-known/"):
+            return self.send(200, deep, "application/json")
+        self.not_found()
+
 
 class SiteWeb(ThreadingHTTPServer):
     daemon_threads = True
@@ -343,6 +354,8 @@ class Scanner(BaseHTTPRequestHandler):
             self.reply(body, "application/json", {"Mcp-Session-Id": "s1"})
         elif message["method"] == "tools/call" and self.headers.get("Mcp-Session-Id") == "s1":
             assert message["params"] == {"name": "scan_site", "arguments": {"url": message["params"]["arguments"]["url"], "profile": "all"}}
+            if "deep" in message["params"]["arguments"]["url"]:  # an answer nested too deeply to read
+                return self.reply("[" * 20_000 + "]" * 20_000, "application/json")
             text = "## Results\nLevel 3/5 — Agent-Readable\n18 checks"
             body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"content": [{"type": "text", "text": text}]}})
             self.reply(f"event: message\ndata: {body}\n\n", "text/event-stream")

@@ -229,6 +229,11 @@ def test_deeply_nested_json_is_a_400_on_body(client, content):
         assert "too deeply" in r.json()["error"]
 
 
+def test_prev_nested_too_deeply_is_read_as_text(client):
+    r = client.get("/ask", params={"query": "coffee", "prev": "[" * 2500 + "]" * 2500, "streaming": "0"})
+    assert r.status_code == 200 and r.json()["results"], r.text
+
+
 # --- hostile text: answered or a 400, never a 500 -----------------------------------------------
 
 @pytest.mark.parametrize("question", [

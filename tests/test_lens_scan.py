@@ -157,6 +157,14 @@ def test_malformed_cards_and_openapi(run):
     assert obs["discovery"]["mcpServerCard"]["ok"] is False and obs["readiness"]["keyless"] is None
 
 
+def test_json_nested_too_deeply_to_read_is_reported_as_not_json(run):
+    obs = run("deep.test", bot_views=False)
+    a = obs["agent"]
+    assert a["agentCard"]["present"] is False and a["openapi"]["present"] is False
+    assert a["mcp"]["verdict"] in ("maybe", "no") and obs["discovery"]["mcpServerCard"]["ok"] is False
+    assert obs["terms"]["paid"]["http402"] is True and obs["terms"]["paid"]["x402"] is None
+
+
 def test_dns_failures_are_reported_not_raised(sites, settings):
     failing = DnsServer(servfail=(".",))
     try:
@@ -234,6 +242,12 @@ def test_cloudflare_mode_reads_the_scanner_and_caches(scanner, settings, tmp_pat
     assert "example.com" in first["sourceUrl"] and scanner.calls == ["initialize", "tools/call"]
     second = scan.cloudflare_mode("https://example.com/", conf, conn)
     assert second["fromCache"] and second["level"] == 3 and len(scanner.calls) == 2
+
+
+def test_cloudflare_mode_scanner_answer_nested_too_deeply_is_unavailable(scanner, settings):
+    conf = with_lens(settings, cloudflare_scanner_url=f"http://127.0.0.1:{scanner.server_address[1]}/mcp")
+    result = scan.cloudflare_mode("deep.example", conf, None)
+    assert result["ok"] and result["available"] is False and "JSON-RPC" in result["error"]
 
 
 def test_cloudflare_mode_scanner_down_is_unavailable(settings):

@@ -40,7 +40,7 @@ def fetch_endpoint(sub: Subrequests, url: str) -> dict:
 def _json(body: str):
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

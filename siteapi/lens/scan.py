@@ -335,7 +335,7 @@ def _rpc(session: requests.Session, url: str, message: dict, headers: dict, time
         text = next((f for f in frames if '"id"' in f), frames[-1] if frames else "")
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ScannerError("the scanner's answer is not JSON-RPC") from None
     if not isinstance(body, dict) or "error" in body and body["error"]:
         raise ScannerError(f"the scanner returned an error: {str((body or {}).get('error'))[:200]}")

@@ -120,7 +120,7 @@ def paid(status: int, headers: dict, body: bytes) -> dict:
     if status == 402:
         try:
             data = json.loads(body[:64 * 1024].decode("utf-8", errors="replace"))
-        except ValueError:
+        except (ValueError, RecursionError):
             data = None
         if isinstance(data, dict) and "x402Version" in data:
             x402 = json.dumps(data)[:2000]
