@@ -66,6 +66,12 @@ def test_public_addresses_pass_on_80_and_443_only(address):
     ("http://0x7f.1/", "non-standard"),
     ("http://017700000001/", "non-standard"),
     ("http://[fe80::1%25eth0]/", "zone"),
+    ("http://０ｘ７ｆ.１/", "non-standard"),  # full-width digits map onto an address in disguise
+    ("[]", "cannot be read"),
+    ("http://[::1", "cannot be read"),
+    ("http://[abc]/", "cannot be read"),
+    ("]", "cannot be read"),
+    ("http://a\u2100b/", "cannot be read"),  # ℀ becomes a/c under NFKC: a delimiter in the host
     ("", "url"),
     ("https://exa mple.com/\x00", "control"),
     ("https:///path-only", "host"),
@@ -75,6 +81,12 @@ def test_url_rules_refuse_with_a_sentence(url, words):
         parse_target(url)
     assert words in str(refused.value)
     assert str(refused.value).endswith(".")
+
+
+@pytest.mark.parametrize("url", ["http://１２７.０.０.１/", "http://127。0。0。1/", "http://１０．０．０．１/"])
+def test_full_width_and_ideographic_addresses_are_addresses(url):
+    target = parse_target(url)
+    assert target.literal and classify_address(target.host) is not None and "." in target.host
 
 
 def test_url_normalisation():

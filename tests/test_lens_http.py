@@ -62,12 +62,17 @@ def test_full_scan_over_http(lens_api, sites):
     ({}, "url"), ({"url": "  "}, "url"), ({"url": "http://127.0.0.1:22/"}, "url"),
     ({"url": "http://user:pw@example.com/"}, "url"), ({"url": "ftp://example.com/"}, "url"),
     ({"url": "http://169.254.169.254/latest/meta-data"}, "url"), ({"url": "example.com", "phases": "all"}, "phases"),
-    ({"url": "example.com", "mode": "akamai"}, "mode"),
+    ({"url": "example.com", "mode": "akamai"}, "mode"), ({"url": "http://[::1"}, "url"), ({"url": "[]"}, "url"),
+    ({"url": "http://a\u2100b/", "phases": "page"}, "url"), ({"url": "http://１２７.０.０.１/", "mode": "cloudflare"}, "url"),
+    ({"url": "http://127。0。0。1/", "mode": "cloudflare"}, "url"), ({"url": "http://private.test/", "phases": "page"}, "url"),
+    ({"url": "http://private.test/"}, "url"),
 ])
 def test_bad_lens_input_is_a_400_naming_the_parameter(lens_api, params, parameter):
     r = lens_api.get("/lens/fetch", params=params)
     assert r.status_code == 400, r.text
     assert r.json()["parameter"] == parameter and r.json()["error"]
+    if parameter == "url" and params.get("url", "").strip():
+        assert r.json()["code"] == "url_refused"
 
 
 def test_cloudflare_mode_over_http(lens_api):

@@ -189,7 +189,10 @@ def parse_target(raw: str, policy: AddressPolicy = PRODUCTION_POLICY) -> Target:
         raise FetchRefused("The URL contains control characters or backslashes; send a plain http(s) URL.")
     if not _SCHEME.match(text):
         text = "https:" + text if text.startswith("//") else "https://" + text
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:  # an unclosed or invalid [IPv6] host, or characters NFKC turns into delimiters
+        raise FetchRefused(f"The URL cannot be read ({exc}); send a plain http(s) URL such as https://example.com/.") from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
         raise FetchRefused(f"Only http and https URLs can be inspected, not {scheme}:.")
@@ -223,12 +226,15 @@ def _normalise_host(hostname: str, netloc: str) -> tuple[str, bool]:
         except ValueError:
             raise FetchRefused("The URL's IPv6 address is not valid.") from None
     try:
-        return str(ipaddress.IPv4Address(hostname)), True
+        # Mapped first: full-width digits and ideographic dots (１２７。０.０.１) spell addresses too.
+        name = idna.uts46_remap(hostname, std3_rules=False).rstrip(".")
+    except (idna.IDNAError, UnicodeError, ValueError):
+        raise FetchRefused("The host name is not a valid internet name.") from None
+    try:
+        return str(ipaddress.IPv4Address(name)), True
     except ValueError:
         pass
-    name = hostname.rstrip(".")
-    labels = name.split(".")
-    if _NUMERIC_LABEL.match(labels[-1]):
+    if _NUMERIC_LABEL.match(name.split(".")[-1]):
         # 2130706433, 0x7f.1, 017700000001 and friends: addresses in disguise
         raise FetchRefused("The host is a numeric address in a non-standard form; write it as a dotted address or a name.")
     try:

@@ -31,6 +31,14 @@ def checked(url: str | None, fetcher: Fetcher, parameter: str = "url", side: str
         raise ApiError(400, sentence, code="url_refused", ok=False, **where) from None
 
 
+def fetch_error(failed: FetchRefused | FetchFailed) -> ApiError:
+    """The answer when fetching a checked URL went wrong: refused on the way (its name resolves to a
+    private address, or it redirects to one) is the caller's 400; anything else is the site's 502."""
+    if isinstance(failed, FetchRefused):
+        return ApiError(400, str(failed), code="url_refused", ok=False, parameter="url")
+    return ApiError(502, str(failed), code="upstream_failed", ok=False)
+
+
 def inspect(url: str | None, settings, phases: str | None = "page", fetcher: Fetcher | None = None) -> dict:
     """The LensObservation for `url`. Raises ApiError 400 (missing/refused URL, bad phases) or 502."""
     fetcher = fetcher or fetcher_from_settings(settings)
@@ -41,8 +49,8 @@ def inspect(url: str | None, settings, phases: str | None = "page", fetcher: Fet
     conf = lens_settings(settings)
     try:
         result = fetcher.fetch(target.url)
-    except FetchFailed as failed:
-        raise ApiError(502, str(failed), code="upstream_failed", ok=False) from None
+    except (FetchRefused, FetchFailed) as failed:
+        raise fetch_error(failed) from None
     return observation(result, conf, settings.site_host if settings is not None else "aadhar.sh")
 
 

@@ -101,10 +101,8 @@ def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: b
         view_futures = [pool.submit(bots.view, sub, target.url, spec) for spec in bots.VIEWS] if bot_views else []
         try:
             page = page_future.result(timeout=max(0.1, sub.remaining()))
-        except FetchRefused as refused:
-            raise ApiError(400, str(refused), code="url_refused", ok=False, parameter="url") from None
-        except FetchFailed as failed:
-            raise ApiError(502, str(failed), code="upstream_failed", ok=False) from None
+        except (FetchRefused, FetchFailed) as failed:
+            raise observe.fetch_error(failed) from None
         except TimeoutError:
             raise ApiError(502, "The site took too long to answer.", code="upstream_failed", ok=False) from None
         payload = cached or _collect_discovery(pool, sub, origin, found, dns_futures)
