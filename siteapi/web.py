@@ -64,15 +64,19 @@ class Reply:
     cache: str | None = None
 
 
+_INTEGER = re.compile(r"([+-]?)0*([0-9]+)", re.ASCII)
+
+
 def clamp_int(raw, default: int, low: int, high: int) -> int:
-    """Clamp, don't reject: a non-number falls back to the default, out of range is clamped."""
-    if raw is None:
+    """Clamp, don't reject: a non-number (anything but ASCII digits with an optional sign) falls
+    back to the default; a number out of range, however many digits it has, is clamped."""
+    match = _INTEGER.fullmatch(str(raw).strip()) if raw is not None else None
+    if match is None:
         return default
-    try:
-        value = int(str(raw).strip())
-    except (TypeError, ValueError):
-        return default
-    return max(low, min(high, value))
+    sign, digits = match.groups()
+    if len(digits) > 18:  # past every bound, and int() refuses more than 4,300 digits
+        return low if sign == "-" else high
+    return max(low, min(high, int(sign + digits)))
 
 
 def json_bytes(value) -> bytes:

@@ -167,6 +167,7 @@ def test_accepted_site_values(client, site):
 @pytest.mark.parametrize("params,count", [
     ({"top_k": "3"}, 3), ({"top_k": "0"}, 1), ({"top_k": "-4"}, 1), ({"top_k": "abc"}, 10), ({}, 10),
     ({"limit": "4"}, 4), ({"top_k": "2", "limit": "7"}, 2), ({"top_k": "999"}, 46), ({"top_k": "", "limit": "5"}, 5),
+    ({"top_k": "9" * 4400}, 46), ({"top_k": "-" + "9" * 4400}, 1),
 ])
 def test_top_k_is_clamped_and_limit_read_in_its_absence(client, params, count):
     body = ask_json(client, query="motorcycle", **params)

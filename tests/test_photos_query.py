@@ -75,6 +75,7 @@ def test_limit_and_offset_are_clamped(env):
     assert run(env, limit="500")["limit"] == 100
     assert run(env, limit="abc")["limit"] == 25
     assert run(env, offset="-5")["offset"] == 0
+    assert run(env, limit="9" * 5000)["limit"] == 100 and run(env, offset="9" * 5000)["offset"] == 10000
     body = run(env, offset="999999")
     assert body["offset"] == 10000 and body["photos"] == [] and body["total"] == len(DEMOS)
     assert stems(run(env, limit="3", offset="2")) == newest_first(DEMOS)[2:5]

@@ -108,6 +108,11 @@ def test_limit_clamps_to_fifty_and_a_non_number_means_twenty(crowd):
     assert crowd.get("/search.json?q=zeppelin&limit=999").json()["returned"] == 50
     assert crowd.get("/search.json?q=zeppelin&limit=50").json()["returned"] == 50
     assert crowd.get("/search.json?q=zeppelin&limit=abc").json()["returned"] == 20
+    assert crowd.get("/search.json?q=zeppelin&limit=" + "9" * 5000).json()["returned"] == 50  # past int()'s digits
+    assert crowd.get("/search.json?q=zeppelin&limit=-" + "9" * 5000).json()["returned"] == 1
+    assert crowd.get("/search.json?q=zeppelin&limit=0007").json()["returned"] == 7
+    for not_a_number in ("1_0", "%EF%BC%95", "5.0", "0x10", "%2B-3"):  # underscores, full-width digits...
+        assert crowd.get("/search.json?q=zeppelin&limit=" + not_a_number).json()["returned"] == 20, not_a_number
     assert crowd.get("/search.json?q=zeppelin").json()["returned"] == 20
     body = crowd.get("/search.json?q=zeppelin&limit=7").json()
     assert body["returned"] == 7 and body["total"] == 60
