@@ -168,7 +168,8 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                 raise
         known = [r["path"] for r in conn().execute("SELECT path FROM pages")] + [
             rule for rule, _, _ in site.routes if "<" not in rule]  # templates such as /images/<path> are no page
-        raise ApiError(404, f"Nothing lives at {path}.", code="not_found",
+        shown = path if len(path) <= pages.SUGGEST_CHARS else path[:pages.SUGGEST_CHARS] + "…"
+        raise ApiError(404, f"Nothing lives at {shown}.", code="not_found",
                        hint="See /sitemap.xml for every page and /openapi.json for every API endpoint.",
                        suggestions=pages.suggest(path, known, settings.public_base_url))
 

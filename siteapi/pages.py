@@ -123,18 +123,23 @@ def robots_txt(settings) -> str:
     )
 
 
+SUGGEST_CHARS = 200  # SequenceMatcher is quadratic: a 200 KB path took 40 s and held a thread
+
+
 def suggest(path: str, known: list[str], base_url: str, n: int = 3) -> list[str]:
-    """The closest real paths to `path`, by similarity of the whole path and of its last segment."""
-    wanted = path.rstrip("/").lower() or "/"
-    tail = wanted.rsplit("/", 1)[-1]
+    """The closest real paths to `path`, by similarity of the whole path and of its last segment
+    (only their first SUGGEST_CHARS count: no real path is longer)."""
+    wanted = (path.rstrip("/").lower() or "/")[:SUGGEST_CHARS]
+    tail = path.rstrip("/").lower().rsplit("/", 1)[-1][:SUGGEST_CHARS]
 
     def score(candidate: str) -> float:
         whole = difflib.SequenceMatcher(None, wanted, candidate.lower()).ratio()
         last = difflib.SequenceMatcher(None, tail, candidate.lower().rsplit("/", 1)[-1]).ratio()
         return max(whole, last)
 
-    ranked = sorted(known, key=lambda c: (-score(c), c))
-    picks = [c for c in ranked if score(c) >= 0.45][:n] or ["/", "/sitemap.xml"]
+    scores = {candidate: score(candidate) for candidate in known}
+    ranked = sorted(known, key=lambda c: (-scores[c], c))
+    picks = [c for c in ranked if scores[c] >= 0.45][:n] or ["/", "/sitemap.xml"]
     return [base_url + p for p in picks]
 
 

@@ -52,6 +52,12 @@ def test_unserved_method_on_a_page_is_405_and_on_nothing_404(api, method):
     assert api.request(method, "/no-such-page").status_code == 404
 
 
+def test_a_very_long_unknown_path_is_a_short_404(api):
+    r = api.get("/writing/cb550-first-rid" + "e" * 200_000, headers={"Accept": "application/json"})
+    assert r.status_code == 404 and r.json()["suggestions"]
+    assert len(r.json()["error"]) < 300 and r.json()["error"].endswith("….")
+
+
 def test_suggestions_are_real_pages_never_route_templates(api):
     for path in ("/imags/x.jpg", "/.well-known/agent-skill/x", "/rn/track"):
         suggestions = api.get(path, headers={"Accept": "application/json"}).json()["suggestions"]
