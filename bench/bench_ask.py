@@ -5,6 +5,8 @@ and memory with 2,000 synthetic pages indexed.
     .venv/bin/python bench/bench_ask.py --quality  # quality only
     .venv/bin/python bench/bench_ask.py --variants # page-representation variants, 2-fold held out
 
+Everything is quality, the variants, then speed and memory.
+
 Quality runs the real `ask.handle` path on a scratch copy of site.db built from content/: the
 model path, and the lexical path (the same function with the model budget spent). Speed pins the
 process to one core and times `ask.handle` per question (JSON answer, model path); memory is the
@@ -336,6 +338,8 @@ def main() -> None:
               "page-representation variants with held-out halves: `--variants`).")
         if args.quality:
             return
+        print()
+        variants(settings, conn)
         print(f"\nIndexing {SYNTHETIC_PAGES} synthetic pages...", file=sys.stderr)
         add_synthetic_pages(settings, conn, SYNTHETIC_PAGES)
         s = speed(settings, conn)
