@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
+from urllib.parse import urlsplit
 
 from siteapi import serving
 
@@ -44,3 +46,21 @@ def serve_wsgi(app, trusted_proxy: bool = True):
         stopping.set()
         thread.join(timeout=5)
         server.task_dispatcher.shutdown(timeout=5)
+
+
+def open_stream(base: str, path: str, headers: str = "") -> socket.socket:
+    """A raw GET on a socket, so a test sees each byte as the server sends it (no client buffering)."""
+    parts = urlsplit(base)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=10)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}\r\n".encode())
+    return sock
+
+
+def read_until(sock: socket.socket, marker: bytes) -> bytes:
+    """Read until `marker` arrives; socket.timeout (a failure) if something holds it back."""
+    seen = b""
+    while marker not in seen:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before {marker!r}"
+        seen += chunk
+    return seen

@@ -2,29 +2,10 @@
 responses gather up to send_bytes, and a client that goes away stops the stream."""
 from __future__ import annotations
 
-import socket
 import threading
 import time
-from urllib.parse import urlsplit
 
-from servers import serve_wsgi
-
-
-def open_socket(base: str, path: str) -> socket.socket:
-    parts = urlsplit(base)
-    sock = socket.create_connection((parts.hostname, parts.port), timeout=5)
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-    return sock
-
-
-def read_until(sock: socket.socket, marker: bytes) -> bytes:
-    """Read until `marker` arrives; socket.timeout (a failure) if the server holds it back."""
-    seen = b""
-    while marker not in seen:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed before {marker!r}"
-        seen += chunk
-    return seen
+from servers import open_stream, read_until, serve_wsgi
 
 
 def test_each_frame_of_a_stream_is_sent_before_the_next_is_made():
@@ -43,7 +24,7 @@ def test_each_frame_of_a_stream_is_sent_before_the_next_is_made():
         return frames()
 
     with serve_wsgi(app) as base:
-        sock = open_socket(base, "/")
+        sock = open_stream(base, "/")
         try:
             head = read_until(sock, b"data: one")
             assert b"Transfer-Encoding: chunked" in head and b"data: two" not in head
@@ -71,7 +52,7 @@ def test_a_client_that_leaves_stops_the_stream():
         return frames()
 
     with serve_wsgi(app) as base:
-        sock = open_socket(base, "/")
+        sock = open_stream(base, "/")
         read_until(sock, b"data: 0")
         sock.close()
         assert stopped.wait(5), "the stream ran on after its client left"
@@ -86,7 +67,7 @@ def test_a_sized_response_is_whole_and_carries_its_length():
         return [body]
 
     with serve_wsgi(app) as base:
-        sock = open_socket(base, "/")
+        sock = open_stream(base, "/")
         try:
             reply = read_until(sock, body)
             assert b"Content-Length: 11" in reply and b"chunked" not in reply

@@ -19,7 +19,7 @@ import requests
 from httpx_sse import connect_sse
 
 from conftest import ROOT, Client
-from servers import serve_wsgi
+from servers import open_stream, read_until, serve_wsgi
 
 CADDY = shutil.which("caddy")
 needs_caddy = pytest.mark.skipif(CADDY is None and not os.environ.get("CI"), reason="caddy is not installed")
@@ -283,26 +283,10 @@ def slow_edge(tmp_path_factory):
         yield streams, port
 
 
-def stream_socket(port: int, path: str) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: gzip, zstd\r\n\r\n".encode())
-    return sock
-
-
-def read_until(sock: socket.socket, marker: bytes) -> bytes:
-    """Read until `marker` arrives; socket.timeout (a failure) if something holds it back."""
-    seen = b""
-    while marker not in seen:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed before {marker!r}"
-        seen += chunk
-    return seen
-
-
 @needs_caddy
 def test_edge_passes_each_frame_on_as_it_is_written(slow_edge):
     streams, port = slow_edge
-    sock = stream_socket(port, "/frames")
+    sock = open_stream(f"http://127.0.0.1:{port}", "/frames", "Accept-Encoding: gzip, zstd\r\n")
     try:
         head = read_until(sock, b"data: one")
         assert b"data: two" not in head and b"Content-Encoding" not in head
@@ -315,7 +299,7 @@ def test_edge_passes_each_frame_on_as_it_is_written(slow_edge):
 @needs_caddy
 def test_a_client_that_leaves_the_edge_stops_the_stream(slow_edge):
     streams, port = slow_edge
-    sock = stream_socket(port, "/endless")
+    sock = open_stream(f"http://127.0.0.1:{port}", "/endless", "Accept-Encoding: gzip, zstd\r\n")
     read_until(sock, b"data: 0")
     sock.close()
     assert streams.stopped.wait(10), "the stream ran on after its client left the edge"
