@@ -123,14 +123,15 @@ def robots_txt(settings) -> str:
     )
 
 
-SUGGEST_CHARS = 200  # SequenceMatcher is quadratic: a 200 KB path took 40 s and held a thread
+SUGGEST_CHARS = 200  # SequenceMatcher is quadratic: a 200 KB path held a request thread for 20 s
 
 
 def suggest(path: str, known: list[str], base_url: str, n: int = 3) -> list[str]:
     """The closest real paths to `path`, by similarity of the whole path and of its last segment
     (only their first SUGGEST_CHARS count: no real path is longer)."""
-    wanted = (path.rstrip("/").lower() or "/")[:SUGGEST_CHARS]
-    tail = path.rstrip("/").lower().rsplit("/", 1)[-1][:SUGGEST_CHARS]
+    trimmed = path.rstrip("/").lower()
+    wanted = (trimmed or "/")[:SUGGEST_CHARS]
+    tail = trimmed.rsplit("/", 1)[-1][:SUGGEST_CHARS]
 
     def score(candidate: str) -> float:
         whole = difflib.SequenceMatcher(None, wanted, candidate.lower()).ratio()

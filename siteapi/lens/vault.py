@@ -152,8 +152,9 @@ def _row(conn: sqlite3.Connection, snapshot_id) -> dict:
     except (TypeError, ValueError):
         raise ApiError(400, "snapshot_id must be the whole number a capture returned.", code="bad_snapshot_id",
                        parameter="snapshot_id") from None
-    # Ids are positive SQLite integers: any other number cannot be stored (and overflows the driver).
-    row = conn.execute("SELECT * FROM representation_snapshots WHERE id = ?", (key,)).fetchone() if 0 < key < 2 ** 63 else None
+    row = None
+    if 0 < key < 2 ** 63:  # ids are positive SQLite integers; a bigger number overflows the driver
+        row = conn.execute("SELECT * FROM representation_snapshots WHERE id = ?", (key,)).fetchone()
     if row is None:
         raise ApiError(404, f"No snapshot has id {key}; capture one first.", code="not_found", parameter="snapshot_id")
     return {name: row[name] for name in row.keys()}
