@@ -38,3 +38,13 @@ def test_canned_queries_run(tmp_path):
             conn.execute(query["sql"], params).fetchall()
         except sqlite3.OperationalError as exc:
             raise AssertionError(f"canned query {name}: {exc}") from None
+
+
+def test_private_tables_exist_and_are_closed(tmp_path):
+    conn = db.writer(tmp_path / "site.db")
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    site = yaml.safe_load((ROOT / "metadata.yml").read_text())["databases"]["site"]
+    private = site["plugins"]["private-tables"]["tables"]
+    assert {"coffee_busy", "job_runs"} <= set(private) <= tables  # a misspelt name would guard nothing
+    for table in private:
+        assert site["tables"][table]["hidden"] is True and site["tables"][table]["allow"] is False, table

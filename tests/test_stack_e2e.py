@@ -149,6 +149,20 @@ def test_datasette_under_data(stack):
 
 
 @needs_caddy
+def test_private_tables_are_unreadable_even_by_sql(stack):
+    sql = stack["edge"] + "/data/site.json"
+    assert requests.get(sql, params={"sql": "select count(*) as n from job_runs", "_shape": "array"},
+                        timeout=30).json()[0]["n"] >= 2  # the first run's content and photos jobs
+    for query in ("select * from job_runs", "select error from job_runs where ok = 0",
+                  "select count(*) from pages where exists (select 1 from job_runs where error like '%')",
+                  "select start_utc, end_utc from coffee_busy"):
+        refused = requests.get(sql, params={"sql": query}, timeout=30)
+        assert refused.status_code == 400 and "prohibited" in refused.json()["error"], query
+    for table in ("job_runs", "coffee_busy"):
+        assert requests.get(f"{stack['edge']}/data/site/{table}.json", timeout=30).status_code == 403
+
+
+@needs_caddy
 def test_images_are_static_with_a_long_cache(stack):
     r = requests.get(stack["edge"] + "/images/probe.txt", timeout=30)
     assert r.status_code == 200 and r.text == "static file\n"
