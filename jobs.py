@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable
 
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
 from siteapi import db
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import run_content
@@ -42,7 +45,7 @@ JOBS: dict[str, Job] = {
                   "ingest new, changed and deleted originals: metadata, recipe cards, thumbnails"),
     "census": Job(run_census, {"trigger": "cron", "day_of_week": "mon", "hour": 8, "minute": 17, "timezone": "UTC"},
                   "inspect the 16-site roster with the lens (no bot views); one row per site"),
-    "tracks": Job(run_tracks, {"trigger": "cron", "minute": 7}, "the owner's playlist from the music service"),
+    "tracks": Job(run_tracks, {"trigger": "cron", "minute": 7, "timezone": "UTC"}, "the owner's playlist from the music service"),
     "around": Job(run_around, {"trigger": "cron", "hour": 5, "minute": 41, "timezone": "UTC"},
                   "crawl the venture-firm homepages; record changes"),
     "calendar": Job(run_calendar, {"trigger": "interval", "minutes": 5}, "busy times from the owner's ICS calendar"),
@@ -70,16 +73,39 @@ def run_job(settings: Settings, name: str) -> tuple[bool, str]:
         conn.close()
 
 
+def build_trigger(spec: dict):
+    fields = dict(spec)
+    kind = fields.pop("trigger")
+    return (IntervalTrigger if kind == "interval" else CronTrigger)(**fields)
+
+
+def overdue(conn, name: str, trigger: CronTrigger, now: datetime) -> bool:
+    """True when the job never succeeded or its schedule fired since it last did: a stack started
+    on Tuesday then runs the Monday census at once instead of serving nothing for six days."""
+    (finished,) = conn.execute("SELECT max(finished) FROM job_runs WHERE name = ? AND ok = 1", (name,)).fetchone()
+    if finished is None:
+        return True
+    due = trigger.get_next_fire_time(None, datetime.fromisoformat(finished))
+    return due is not None and due <= now
+
+
 def schedule(settings: Settings) -> None:
     from apscheduler.schedulers.blocking import BlockingScheduler
 
     scheduler = BlockingScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 300})
-    for name, job in JOBS.items():
-        trigger = dict(job.trigger)
-        kind = trigger.pop("trigger")
-        # Interval jobs also run once at start, so a deploy never serves data an interval old.
-        first = {"next_run_time": datetime.now(timezone.utc)} if kind == "interval" else {}
-        scheduler.add_job(run_job, kind, args=(settings, name), id=name, name=name, **trigger, **first)
+    now = datetime.now(timezone.utc)
+    conn = db.writer(settings.db_path)
+    try:
+        for name, job in JOBS.items():
+            trigger = build_trigger(job.trigger)
+            # Interval jobs also run once at start, so a deploy never serves data an interval old.
+            at_start = isinstance(trigger, IntervalTrigger) or overdue(conn, name, trigger, now)
+            scheduler.add_job(run_job, trigger, args=(settings, name), id=name, name=name,
+                              **({"next_run_time": now} if at_start else {}))
+            if at_start:
+                log.info("%s runs now, then %s", name, trigger)
+    finally:
+        conn.close()
     log.info("scheduling %s", ", ".join(JOBS))
     try:
         scheduler.start()
