@@ -12,7 +12,7 @@ from contextlib import closing
 
 import bottle
 
-from siteapi import agentdocs, ask, db, openapi, pages, photos, serving
+from siteapi import agentdocs, ask, botauth, db, openapi, pages, photos, serving
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import markdown
 from siteapi.feeds import around, coffee, ledger, tracks
@@ -152,6 +152,13 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                                      "with a curl example each.", body, "/developers", "/developers.md"),
                      content_type="text/html; charset=utf-8", cache=DOC_CACHE, headers={"Vary": "Accept"})
 
+    def signature_directory():
+        signer = botauth.signer_for(settings)
+        if signer is None:
+            return Reply({"keys": []}, content_type=botauth.DIRECTORY_TYPE)
+        return Reply(signer.directory(), content_type=botauth.DIRECTORY_TYPE,
+                     headers=signer.directory_headers(bottle.request.url))
+
     def skill_file(name):
         tool = mcp.tools.get(name)
         if tool is None:
@@ -196,6 +203,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/.well-known/agent-skills/index.json", lambda: Reply(agentdocs.skills_index(settings, mcp.tools), cache=DOC_CACHE))
     R("/.well-known/agent-skills/<name>/SKILL.md", skill_file)
     R("/.well-known/mcp/server-card.json", mcp.scanner_card_reply)
+    R(botauth.DIRECTORY_PATH, signature_directory, cache="public, max-age=300")  # the signature's lifetime
     R("/openapi.json", openapi_json)
     R("/.well-known/api-catalog", api_catalog)
     R("/llms.txt", llms_txt)

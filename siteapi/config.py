@@ -49,6 +49,7 @@ class Settings:
     images_dir: Path
     originals_public: bool
     access_log: Path | None
+    bot_key_file: Path
     rates: Mapping[str, RatePolicy]
     rate_storage: str
     sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -155,6 +156,7 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
         images_dir=_path(data, "images_dir", base),
         originals_public=bool(data.get("originals_public", True)),
         access_log=(Path(access_log) if Path(access_log).is_absolute() else base / access_log) if access_log else None,
+        bot_key_file=_path(data, "bot_key_file", base) if "bot_key_file" in data else base / "var" / "bot-signing-key.pem",
         rates=MappingProxyType(policies),
         rate_storage=str(rate.get("storage", "memory://")),
         sections=MappingProxyType(sections),

@@ -104,9 +104,17 @@ def writer(path: str | Path) -> sqlite3.Connection:
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:
+    """Every area's SCHEMA; then the columns an area added later (its ADDED_COLUMNS, {table:
+    {column: declaration}}), so a site.db made before them gains them instead of failing inserts."""
     conn.isolation_level = None  # autocommit; `transaction()` draws the boundaries
     for name in SCHEMA_MODULES:
-        conn.executescript(importlib.import_module(name).SCHEMA)
+        module = importlib.import_module(name)
+        conn.executescript(module.SCHEMA)
+        for table, columns in getattr(module, "ADDED_COLUMNS", {}).items():
+            present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            for column, declaration in columns.items():
+                if column not in present:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
 def now_iso() -> str:

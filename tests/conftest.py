@@ -29,7 +29,7 @@ def make_settings(tmp: Path, **changes):
     base = load_settings(ROOT / "site.toml")
     rates = {name: RatePolicy(p.name, 100_000, p.window) for name, p in base.rates.items()}
     values = dict(db_path=tmp / "site.db", photos_dir=tmp / "originals", images_dir=tmp / "images",
-                  access_log=tmp / "access.log", rates=rates)
+                  access_log=tmp / "access.log", bot_key_file=tmp / "bot-signing-key.pem", rates=rates)
     values.update(changes)
     return dataclasses.replace(base, **values)
 

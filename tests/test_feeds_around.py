@@ -9,20 +9,21 @@ from urllib.parse import urlsplit
 import pytest
 
 from siteapi import db
+from siteapi.botauth import signer_for
 from siteapi.feeds import FeedError
-from siteapi.feeds.around import ROSTER, changes, report, roster, run_around, safe_fetch
+from siteapi.feeds.around import ROSTER, changes, report, roster, run_around
 from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
 from siteapi.lens.fetch import AddressPolicy, Fetcher
 from siteapi.web import ApiError
 from tests.feeds_servers import FirmServer, make_settings
 
 
-def loopback_fetch(url, *, timeout, max_bytes, headers):
-    """The production crawl path through the lens's safe fetcher, with only the loopback firm ports
-    allowed and the time limit shortened so slow-server tests stay fast."""
-    port = urlsplit(url).port
-    fetcher = Fetcher(policy=AddressPolicy(allow=frozenset({("127.0.0.1", port)})), resolve=lambda host, t: ["127.0.0.1"])
-    return safe_fetch(fetcher)(url, timeout=min(timeout, 0.5), max_bytes=max_bytes, headers=headers)
+def loopback_fetcher(settings) -> Fetcher:
+    """The production crawl path through the lens's safe fetcher and the site's signer, with only the
+    roster's loopback ports allowed and the time limit shortened so slow-server tests stay fast."""
+    ports = frozenset(("127.0.0.1", urlsplit(firm["url"]).port) for firm in roster(settings))
+    return Fetcher(policy=AddressPolicy(allow=ports), resolve=lambda host, t: ["127.0.0.1"], timeout_s=0.5,
+                   signer=signer_for(settings))
 
 
 @pytest.fixture
@@ -51,10 +52,13 @@ def reader(settings):
 
 def test_crawl_obeys_robots_and_records_each_firm(tmp_path, firms):
     settings = settings_for(tmp_path, firms)
-    summary = run_around(settings, fetch=loopback_fetch)
+    summary = run_around(settings, fetcher=loopback_fetcher(settings))
     assert summary.startswith("crawled 5 firms: 3 read, 2 skipped by robots, 0 failed")
     body = report(reader(settings))
     assert body["crawledBy"] == PRODUCT_USER_AGENT and body["count"] == 5 and body["crawledAt"].endswith("Z")
+    assert body["signedWith"] == signer_for(settings).key_id  # Web Bot Auth; verified in test_botauth
+    assert all('keyid="' + body["signedWith"] + '"' in headers["Signature-Input"]
+               for server in firms.values() for _, _, headers in server.requests)
     rows = {r["name"]: r for r in body["results"]}
     assert {r["name"] for r in body["results"][-2:]} == {"Beta", "Delta"}  # skipped rows last
     alpha = rows["Alpha"]
@@ -89,13 +93,13 @@ def test_pending_before_the_first_crawl(tmp_path, firms):
 
 def test_changes_between_crawls_with_severity(tmp_path, firms):
     settings = settings_for(tmp_path, firms)
-    run_around(settings, fetch=loopback_fetch)
+    run_around(settings, fetcher=loopback_fetcher(settings))
     assert changes(reader(settings))["changes"] == []
     firms["Alpha"].title = "Alpha Ventures — Fund IV"
     firms["Gamma"].page_status = 500
     firms["Delta"].robots_status = 200
     firms["Delta"].robots = "User-agent: *\nDisallow:\n"
-    run_around(settings, fetch=loopback_fetch)
+    run_around(settings, fetcher=loopback_fetcher(settings))
     body = changes(reader(settings))
     assert body["ok"] is True and body["available"] is True and body["targetCount"] == 5
     found = {c["name"]: c for c in body["changes"]}
@@ -115,7 +119,7 @@ def test_changes_between_crawls_with_severity(tmp_path, firms):
     assert len(changes(reader(settings), limit="lots")["changes"]) == 3
     assert len(changes(reader(settings), limit=-5)["changes"]) == 1
     firms["Alpha"].title = "Alpha Ventures"
-    run_around(settings, fetch=loopback_fetch)
+    run_around(settings, fetcher=loopback_fetcher(settings))
     newest = changes(reader(settings))["changes"]
     assert newest[0]["observedAt"] >= newest[-1]["observedAt"]
     assert [c["name"] for c in newest if c["changes"][0].get("after") == "Alpha Ventures"] == ["Alpha"]
@@ -125,7 +129,7 @@ def test_slow_and_down_firms_are_recorded_not_fatal(tmp_path, firms):
     settings = settings_for(tmp_path, firms)
     firms["Alpha"].fault = "slow"
     firms["Gamma"].close()
-    summary = run_around(settings, fetch=loopback_fetch)
+    summary = run_around(settings, fetcher=loopback_fetcher(settings))
     assert summary.startswith("crawled 5 firms: 1 read, 3 skipped by robots, 1 failed")
     rows = {r["name"]: r for r in report(reader(settings))["results"]}
     assert "error" in rows["Alpha"] and rows["Alpha"]["status"] is None
@@ -136,14 +140,14 @@ def test_slow_and_down_firms_are_recorded_not_fatal(tmp_path, firms):
 
 def test_history_older_than_90_days_is_pruned(tmp_path, firms):
     settings = settings_for(tmp_path, firms)
-    run_around(settings, fetch=loopback_fetch)
+    run_around(settings, fetcher=loopback_fetcher(settings))
     firms["Alpha"].title = "Changed"
-    run_around(settings, fetch=loopback_fetch)
+    run_around(settings, fetcher=loopback_fetcher(settings))
     conn = db.writer(settings.db_path)
     with db.transaction(conn):
         conn.execute("UPDATE around_crawls SET crawled_at = '2020-01-01T00:00:00Z'")
         conn.execute("UPDATE around_changes SET observed_at = '2020-01-01T00:00:00Z'")
-    run_around(settings, fetch=loopback_fetch)
+    run_around(settings, fetcher=loopback_fetcher(settings))
     assert conn.execute("SELECT COUNT(*) FROM around_crawls").fetchone()[0] == 1
     assert conn.execute("SELECT COUNT(DISTINCT crawl_id) FROM around_results").fetchone()[0] == 1
     assert conn.execute("SELECT COUNT(*) FROM around_changes").fetchone()[0] == 0

@@ -12,7 +12,7 @@ from conftest import Client, build_site
 from servers import serve_wsgi
 from siteapi.config import RatePolicy
 from siteapi.feeds.around import run_around
-from test_feeds_around import loopback_fetch
+from test_feeds_around import loopback_fetcher
 from test_feeds_coffee import OWNER_CALENDAR
 from tests.feeds_servers import FirmServer, IcsServer, SpotifyServer, make_settings
 
@@ -62,8 +62,8 @@ def fed(tmp_path_factory, monkeypatch_module):
     for name in ("tracks", "calendar", "ledger"):
         ok, summary = jobs.run_job(settings, name)
         assert ok, (name, summary)
-    run_around(settings, fetch=loopback_fetch)
-    run_around(settings, fetch=loopback_fetch)
+    run_around(settings, fetcher=loopback_fetcher(settings))
+    run_around(settings, fetcher=loopback_fetcher(settings))
     yield settings
     for server in (spotify, ics, *firms):
         server.close()

@@ -18,7 +18,7 @@ def test_own_site_reaches_level_5(site_settings):
     assert readiness["level"] == 5 and readiness["levelName"] == "Agent-Native", readiness["levelNote"]
     checks = readiness["checks"]
     for key in ("robotsTxt", "sitemap", "linkHeaders", "markdownNegotiation", "robotsTxtAiRules", "contentSignals",
-                "apiCatalog", "mcpServerCard", "agentSkills", "webMcp"):
+                "apiCatalog", "mcpServerCard", "agentSkills", "webMcp", "webBotAuth"):
         assert checks[key]["status"] == "pass", (key, checks[key].get("detail"))
     assert checks["oauthDiscovery"]["status"] == "neutral" and checks["oauthDiscovery"].get("notApplicable")
     assert readiness["keyless"]

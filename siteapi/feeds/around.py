@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS around_crawls (
     crawled_at TEXT NOT NULL,
     crawled_by TEXT NOT NULL,
     target_count INTEGER NOT NULL,
-    elapsed_ms INTEGER NOT NULL
+    elapsed_ms INTEGER NOT NULL,
+    signed_with TEXT
 );
 CREATE TABLE IF NOT EXISTS around_results (
     crawl_id INTEGER NOT NULL REFERENCES around_crawls(id),
@@ -72,6 +73,7 @@ CREATE TABLE IF NOT EXISTS around_changes (
 );
 CREATE INDEX IF NOT EXISTS around_changes_observed ON around_changes(observed_at);
 """
+ADDED_COLUMNS = {"around_crawls": {"signed_with": "TEXT"}}  # Web Bot Auth came after the first crawls
 
 ROSTER = (
     ("Paradigm", "https://www.paradigm.xyz/"),
@@ -238,10 +240,12 @@ def diff(before, after) -> tuple[str, list[dict]] | None:
     return severity, changes
 
 
-def run_around(settings, fetch: Fetch | None = None) -> str:
+def run_around(settings, fetcher: Fetcher | None = None) -> str:
     """Job (daily): crawl the roster, store the snapshot and its changes, prune old history."""
     firms = roster(settings)
-    fetch = fetch or safe_fetch(fetcher_from_settings(settings))
+    fetcher = fetcher or fetcher_from_settings(settings)
+    fetch = safe_fetch(fetcher)
+    signed_with = fetcher.signer.key_id if fetcher.signer is not None else None
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
         rows = list(pool.map(lambda firm: crawl_firm(fetch, firm), firms))
@@ -252,8 +256,9 @@ def run_around(settings, fetch: Fetch | None = None) -> str:
     try:
         with db.transaction(conn):
             crawl_id = conn.execute(
-                "INSERT INTO around_crawls (crawled_at, crawled_by, target_count, elapsed_ms) VALUES (?, ?, ?, ?)",
-                (crawled_at, PRODUCT_USER_AGENT, len(rows), int((time.monotonic() - started) * 1000))).lastrowid
+                "INSERT INTO around_crawls (crawled_at, crawled_by, target_count, elapsed_ms, signed_with)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (crawled_at, PRODUCT_USER_AGENT, len(rows), int((time.monotonic() - started) * 1000), signed_with)).lastrowid
             for row in rows:
                 previous = conn.execute(
                     "SELECT * FROM around_results WHERE target = ? ORDER BY crawl_id DESC LIMIT 1", (row["target"],)
@@ -313,7 +318,7 @@ def report(conn: sqlite3.Connection) -> dict:
         raise pending
     # Fastest first; failed and skipped rows last.
     rows.sort(key=lambda r: (not _live(r), r["elapsed_ms"] if r["elapsed_ms"] is not None else 1 << 30, r["name"]))
-    return {"crawledBy": crawl["crawled_by"], "crawledAt": crawl["crawled_at"], "signedWith": None,
+    return {"crawledBy": crawl["crawled_by"], "crawledAt": crawl["crawled_at"], "signedWith": crawl["signed_with"],
             "count": len(rows), "results": [_result(r) for r in rows]}
 
 

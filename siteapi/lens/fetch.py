@@ -7,7 +7,9 @@ against the address policy and the connection goes to the address that was check
 certificate check and `Host` stay the name), so DNS rebinding cannot slip in between; redirects
 are followed by hand, at most `max_redirects`, each hop checked again from the top; one deadline
 covers the whole fetch (DNS, connect, TLS, headers, body, every hop); the raw body is capped and
-the decoded body is capped while decompressing, so a compression bomb costs nothing.
+the decoded body is capped while decompressing, so a compression bomb costs nothing. Each hop is
+signed for its own authority (Web Bot Auth, `siteapi.botauth`) when the fetcher has a signer, as
+the production fetcher always does.
 
 Built on urllib3 (the transport under requests) rather than a requests adapter: a connection
 pool aimed at the checked IP with `server_hostname`/`assert_hostname` set to the name is
@@ -41,6 +43,8 @@ import zstandard
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import (ConnectTimeoutError, HTTPError, NameResolutionError, NewConnectionError,
                                 ProtocolError, ReadTimeoutError, SSLError)
+
+from siteapi.botauth import BotSigner, signer_for
 
 USER_AGENT = "AadharshBot/1.0 (+https://aadhar.sh/bot)"
 ACCEPT_HTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -419,13 +423,14 @@ class Fetcher:
     def __init__(self, policy: AddressPolicy = PRODUCTION_POLICY,
                  resolve: Callable[[str, float], Iterable[str]] = resolve_dns,
                  timeout_s: float = 8.0, max_redirects: int = 5, cap_bytes: int = 2 * 1024 * 1024,
-                 user_agent: str = USER_AGENT):
+                 user_agent: str = USER_AGENT, signer: BotSigner | None = None):
         self.policy = policy
         self.resolve = resolve
         self.timeout_s = timeout_s
         self.max_redirects = max_redirects
         self.cap_bytes = cap_bytes
         self.user_agent = user_agent
+        self.signer = signer  # Web Bot Auth: each hop signed for its own authority
 
     def check(self, url: str) -> Target:
         """The URL's rules, and the address policy for a literal address, without any network step."""
@@ -501,6 +506,8 @@ class Fetcher:
         request_headers = {"Host": target.host_header, "User-Agent": self.user_agent, "Accept": ACCEPT_HTML,
                            "Accept-Encoding": ACCEPT_ENCODING, "Connection": "close"}
         request_headers.update({k: v for k, v in extra.items() if k.lower() != "host"})
+        if self.signer is not None:
+            request_headers.update(self.signer.request_headers(target.url))
         last_error: Exception | None = None
         for address in addresses[:2]:
             remaining = watchdog.remaining()
@@ -616,4 +623,4 @@ def fetcher_from_settings(settings) -> Fetcher:
     """The production fetcher with the operator's limits (never a looser address policy)."""
     conf = lens_settings(settings)
     return Fetcher(timeout_s=conf["timeout_s"], max_redirects=conf["max_redirects"],
-                   cap_bytes=conf["raw_cap_kb"] * 1024)
+                   cap_bytes=conf["raw_cap_kb"] * 1024, signer=signer_for(settings))
