@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from http_message_signatures import HTTPMessageSigner, HTTPSignatureKeyResolver, algorithms
+from http_message_signatures import HTTPMessageSigner, MappingKeyResolver, algorithms
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +73,6 @@ def load_or_create_key(path: Path) -> Ed25519PrivateKey:
     return key
 
 
-class _OneKey(HTTPSignatureKeyResolver):
-    def __init__(self, key: Ed25519PrivateKey):
-        self.key = key
-
-    def resolve_private_key(self, key_id: str):
-        return self.key
-
-    def resolve_public_key(self, key_id: str):
-        return self.key.public_key()
-
-
 class BotSigner:
     """Signs requests and the directory answer with one Ed25519 key (thread-safe)."""
 
@@ -92,7 +81,8 @@ class BotSigner:
         public = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         self.jwk = {"kty": "OKP", "crv": "Ed25519", "x": b64url(public)}
         self.key_id = b64url(hashlib.sha256(json.dumps(self.jwk, sort_keys=True, separators=(",", ":")).encode()).digest())
-        self._signer = HTTPMessageSigner(signature_algorithm=algorithms.ED25519, key_resolver=_OneKey(key))
+        self._signer = HTTPMessageSigner(signature_algorithm=algorithms.ED25519,
+                                         key_resolver=MappingKeyResolver(public_keys={}, private_keys={self.key_id: key}))
 
     def directory(self) -> dict:
         return {"keys": [{**self.jwk, "kid": self.key_id}]}

@@ -9,7 +9,7 @@ are followed by hand, at most `max_redirects`, each hop checked again from the t
 covers the whole fetch (DNS, connect, TLS, headers, body, every hop); the raw body is capped and
 the decoded body is capped while decompressing, so a compression bomb costs nothing. Each hop is
 signed for its own authority (Web Bot Auth, `siteapi.botauth`) when the fetcher has a signer, as
-the production fetcher always does.
+the production fetcher does whenever the site's key can be read or made.
 
 Built on urllib3 (the transport under requests) rather than a requests adapter: a connection
 pool aimed at the checked IP with `server_hostname`/`assert_hostname` set to the name is
