@@ -22,7 +22,10 @@ from httpx_sse import connect_sse
 
 import jobs
 from conftest import ROOT, Client
+from feeds_servers import make_settings
 from servers import open_stream, read_until, serve_wsgi
+from siteapi import db
+from siteapi.feeds.ledger import ledger, run_ledger
 
 CADDY = shutil.which("caddy")
 needs_caddy = pytest.mark.skipif(CADDY is None and not os.environ.get("CI"), reason="caddy is not installed")
@@ -283,10 +286,10 @@ class SlowStreams:
 
 
 @contextlib.contextmanager
-def caddy_in_front(app_port: int, tmp):
+def caddy_in_front(app_port: int, tmp, **extra_env: str):
     """The project's Caddyfile on a loopback port of its own, proxying to `app_port`."""
     port = free_port()
-    env = {**os.environ, "SITE_ADDRESS": f":{port}", "CADDY_BIND": "127.0.0.1", "CADDY_ADMIN": "off",
+    env = {**os.environ, **extra_env, "SITE_ADDRESS": f":{port}", "CADDY_BIND": "127.0.0.1", "CADDY_ADMIN": "off",
            "SITE_PORT": str(app_port), "DATASETTE_PORT": str(free_port()), "SITE_ACCESS_LOG": str(tmp / "access.log"),
            "SITE_IMAGES_DIR": str(tmp), "SITE_PHOTOS_DIR": str(tmp), "XDG_DATA_HOME": str(tmp / "xdg-data"),
            "XDG_CONFIG_HOME": str(tmp / "xdg-config"), "HOME": str(tmp)}
@@ -333,3 +336,67 @@ def test_a_client_that_leaves_the_edge_stops_the_stream(slow_edge):
     sock.close()
     assert streams.stopped.wait(10), "the stream ran on after its client left the edge"
     assert len(streams.made) < 4000
+
+
+GPTBOT = "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; GPTBot/1.2; +https://openai.com/gptbot)"
+CLAUDEBOT = "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; ClaudeBot/1.0; +claudebot@anthropic.com)"
+BROWSER = "Mozilla/5.0 (X11; Linux x86_64; rv:140.0) Gecko/20100101 Firefox/140.0"
+
+
+def plain_ok(environ, start_response):
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+
+
+@needs_caddy
+def test_ledger_follows_the_real_caddy_log_rolls(tmp_path):
+    """Caddy's own roller, set to 1 MiB: access.log becomes access-<UTC time>.log and then .log.gz
+    while the ledger job is part-way through it. Runs before, across and after two rolls count every
+    crawler request exactly once."""
+    settings = make_settings(tmp_path, access_log=str(tmp_path / "access.log"))
+    padding = {"X-Padding": "p" * 8000}  # Caddy logs request headers: ~8.5 KB a line, 1 MiB in ~120 requests
+    sent = 0
+
+    def send(session, port, user_agent: str, count: int) -> None:
+        nonlocal sent
+        for _ in range(count):
+            sent += 1
+            r = session.get(f"http://127.0.0.1:{port}/r{sent}", headers={"User-Agent": user_agent, **padding}, timeout=30)
+            assert r.status_code == 200
+        # Caddy writes the line after the response; lines are written in order, so the last one
+        # appearing in the live file means every earlier one is on disk (in it or a rolled file)
+        deadline = time.monotonic() + 15
+        while f'"uri":"/r{sent}"' not in (tmp_path / "access.log").read_text():
+            assert time.monotonic() < deadline, "caddy did not log the last request"
+            time.sleep(0.1)
+
+    def compressed_rolls(count: int) -> list:
+        deadline = time.monotonic() + 15
+        while len(rolled := sorted(tmp_path.glob("access-*.log.gz"))) < count:
+            assert time.monotonic() < deadline, f"caddy rolled {sorted(p.name for p in tmp_path.iterdir())}"
+            time.sleep(0.1)
+        return rolled
+
+    def hits() -> dict[str, int]:
+        with contextlib.closing(db.connect(settings.db_path, readonly=True)) as conn:
+            return {item["bot"]: item["hits"] for item in ledger(conn, settings)["line_items"]}
+
+    with serve_wsgi(plain_ok) as base, requests.Session() as session, \
+            caddy_in_front(int(base.rsplit(":", 1)[1]), tmp_path, SITE_LOG_ROLL_SIZE="1MiB") as port:
+        send(session, port, GPTBOT, 30)
+        send(session, port, BROWSER, 10)
+        assert "from 1 file(s): 30 crawler hits" in run_ledger(settings)
+        assert not list(tmp_path.glob("access-*"))
+
+        send(session, port, CLAUDEBOT, 100)  # rolls once, after the job's position
+        send(session, port, BROWSER, 20)
+        rolled = compressed_rolls(1)
+        assert re.fullmatch(r"access-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}\.log\.gz", rolled[0].name)
+        assert "from 2 file(s): 100 crawler hits" in run_ledger(settings)
+        assert hits() == {"gptbot": 30, "claudebot": 100}
+
+        send(session, port, GPTBOT, 130)  # rolls again
+        compressed_rolls(2)
+        assert "from 2 file(s): 130 crawler hits" in run_ledger(settings)
+        assert "read 0 log lines" in run_ledger(settings)
+        assert hits() == {"gptbot": 160, "claudebot": 100}
