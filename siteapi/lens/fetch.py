@@ -17,9 +17,9 @@ urllib3's own documented way to pin an address, and requests' extra layers (its 
 logic, proxy and netrc lookups from the environment, transparent decoding) would each have had
 to be switched off for safety.
 
-The address policy and the name->address resolver are seams: tests build
-`Fetcher(policy=AddressPolicy(allow={("127.0.0.1", port)}), resolve=stub)`. The production
-policy is the default and nothing a caller sends can loosen it.
+The address policy, the name->address resolver and the CA bundle (certifi's by default) are
+seams: tests build `Fetcher(policy=AddressPolicy(allow={("127.0.0.1", port)}), resolve=stub)`.
+The production policy is the default and nothing a caller sends can loosen it.
 """
 from __future__ import annotations
 
@@ -423,7 +423,7 @@ class Fetcher:
     def __init__(self, policy: AddressPolicy = PRODUCTION_POLICY,
                  resolve: Callable[[str, float], Iterable[str]] = resolve_dns,
                  timeout_s: float = 8.0, max_redirects: int = 5, cap_bytes: int = 2 * 1024 * 1024,
-                 user_agent: str = USER_AGENT, signer: BotSigner | None = None):
+                 user_agent: str = USER_AGENT, signer: BotSigner | None = None, ca_certs: str | None = None):
         self.policy = policy
         self.resolve = resolve
         self.timeout_s = timeout_s
@@ -431,6 +431,7 @@ class Fetcher:
         self.cap_bytes = cap_bytes
         self.user_agent = user_agent
         self.signer = signer  # Web Bot Auth: each hop signed for its own authority
+        self.ca_certs = ca_certs or certifi.where()
 
     def check(self, url: str) -> Target:
         """The URL's rules, and the address policy for a literal address, without any network step."""
@@ -529,7 +530,7 @@ class Fetcher:
         if target.scheme == "https":
             pool = urllib3.HTTPSConnectionPool(
                 address, target.port, timeout=timeout, maxsize=1, retries=False, cert_reqs="CERT_REQUIRED",
-                ca_certs=certifi.where(), assert_hostname=target.host,
+                ca_certs=self.ca_certs, assert_hostname=target.host,
                 server_hostname=None if target.literal else target.host)
             pool.ConnectionCls = _WatchedHTTPSConnection
         else:
