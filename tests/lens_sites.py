@@ -268,7 +268,9 @@ def stop_web(web: SiteWeb, thread: threading.Thread) -> None:
 
 
 def site_fetcher(web: SiteWeb, **limits) -> Fetcher:
-    table = {**{site: ["127.0.0.1"] for site in SITES}, "private.test": ["10.0.0.7"]}  # a name that leads inside
+    table = {**{site: ["127.0.0.1"] for site in SITES}, "private.test": ["10.0.0.7"],  # a name that leads inside
+             # public names only mode=cloudflare's scanner is sent to (never connected to here)
+             "example.com": ["93.184.215.14"], "deep.example": ["93.184.215.14"]}
     limits.setdefault("timeout_s", 3.0)
     return Fetcher(policy=AddressPolicy(allow=frozenset({("127.0.0.1", web.port)})),
                    resolve=lambda host, timeout: table.get(host, []), **limits)

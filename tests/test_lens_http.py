@@ -65,7 +65,7 @@ def test_full_scan_over_http(lens_api, sites):
     ({"url": "example.com", "mode": "akamai"}, "mode"), ({"url": "http://[::1"}, "url"), ({"url": "[]"}, "url"),
     ({"url": "http://a\u2100b/", "phases": "page"}, "url"), ({"url": "http://１２７.０.０.１/", "mode": "cloudflare"}, "url"),
     ({"url": "http://127。0。0。1/", "mode": "cloudflare"}, "url"), ({"url": "http://private.test/", "phases": "page"}, "url"),
-    ({"url": "http://private.test/"}, "url"),
+    ({"url": "http://private.test/"}, "url"), ({"url": "http://private.test/", "mode": "cloudflare"}, "url"),
 ])
 def test_bad_lens_input_is_a_400_naming_the_parameter(lens_api, params, parameter):
     r = lens_api.get("/lens/fetch", params=params)

@@ -232,28 +232,43 @@ def scanner():
     stop_thread(server, thread)
 
 
-def test_cloudflare_mode_reads_the_scanner_and_caches(scanner, settings, tmp_path):
+def test_cloudflare_mode_reads_the_scanner_and_caches(scanner, settings, sites, tmp_path):
     conn = db.connect(tmp_path / "site.db")
     conn.executescript(scan.SCHEMA)
     conf = with_lens(settings, cloudflare_scanner_url=f"http://127.0.0.1:{scanner.server_address[1]}/mcp")
-    first = scan.cloudflare_mode("example.com", conf, conn)
+    first = scan.cloudflare_mode("example.com", conf, conn, fetcher=site_fetcher(sites))
     assert first == {"ok": True, "available": True, "level": 3, "score": 60, "levelName": "Agent-Readable",
                      "source": scan.SCANNER_SOURCE, "sourceUrl": first["sourceUrl"], "fromCache": False}
     assert "example.com" in first["sourceUrl"] and scanner.calls == ["initialize", "tools/call"]
-    second = scan.cloudflare_mode("https://example.com/", conf, conn)
+    second = scan.cloudflare_mode("https://example.com/", conf, conn, fetcher=site_fetcher(sites))
     assert second["fromCache"] and second["level"] == 3 and len(scanner.calls) == 2
 
 
-def test_cloudflare_mode_scanner_answer_nested_too_deeply_is_unavailable(scanner, settings):
+def test_cloudflare_mode_scanner_answer_nested_too_deeply_is_unavailable(scanner, settings, sites):
     conf = with_lens(settings, cloudflare_scanner_url=f"http://127.0.0.1:{scanner.server_address[1]}/mcp")
-    result = scan.cloudflare_mode("deep.example", conf, None)
+    result = scan.cloudflare_mode("deep.example", conf, None, fetcher=site_fetcher(sites))
     assert result["ok"] and result["available"] is False and "JSON-RPC" in result["error"]
 
 
-def test_cloudflare_mode_scanner_down_is_unavailable(settings):
+def test_cloudflare_mode_scanner_down_is_unavailable(settings, sites):
     down = with_lens(settings, cloudflare_scanner_url="http://127.0.0.1:9/mcp", cloudflare_timeout_s=1)
-    result = scan.cloudflare_mode("example.com", down, None)
+    result = scan.cloudflare_mode("example.com", down, None, fetcher=site_fetcher(sites))
     assert result["ok"] and result["available"] is False and result["error"] and result["level"] is None
     with pytest.raises(ApiError) as refused:
         scan.cloudflare_mode("http://192.168.1.1/", down, None)
     assert refused.value.status == 400
+
+
+def test_cloudflare_mode_sends_the_scanner_no_name_that_leads_inside(scanner, settings, sites):
+    """The scanner fetches from its own network, yet the lens's rule holds: a name resolving to a
+    private address is refused like a fetch of it, and a name that does not resolve is the site's 502."""
+    conf = with_lens(settings, cloudflare_scanner_url=f"http://127.0.0.1:{scanner.server_address[1]}/mcp")
+    calls = len(scanner.calls)
+    with pytest.raises(ApiError) as refused:
+        scan.cloudflare_mode("http://private.test/", conf, None, fetcher=site_fetcher(sites))
+    assert refused.value.status == 400 and refused.value.body["code"] == "url_refused"
+    assert "private" in refused.value.body["error"] and refused.value.body["parameter"] == "url"
+    with pytest.raises(ApiError) as unknown:
+        scan.cloudflare_mode("https://nowhere.test/", conf, None, fetcher=site_fetcher(sites))
+    assert unknown.value.status == 502 and "does not resolve" in unknown.value.body["error"]
+    assert len(scanner.calls) == calls

@@ -482,16 +482,24 @@ class Fetcher:
             elapsed_ms=int((time.monotonic() - started) * 1000), redirects=redirects, body_unreadable=unreadable,
         )
 
-    def _addresses(self, target: Target, watchdog: _Watchdog, hop: int) -> list[str]:
+    def check_resolved(self, url: str) -> Target:
+        """check(), then every address the name resolves to against the policy, without connecting:
+        for a URL that someone else fetches (mode=cloudflare's scanner), so a name that leads inside
+        is refused as a fetch would refuse it. FetchFailed when the name does not resolve."""
+        target = self.check(url)
+        self._addresses(target, time.monotonic() + self.timeout_s, hop=0)
+        return target
+
+    def _addresses(self, target: Target, deadline: float, hop: int) -> list[str]:
         if target.literal:
             addresses = [target.host]
         else:
             try:
-                addresses = [str(a) for a in self.resolve(target.host, max(0.1, watchdog.remaining()))]
+                addresses = [str(a) for a in self.resolve(target.host, max(0.1, deadline - time.monotonic()))]
             except Exception:  # a resolver failure of any kind is the target's, not ours
                 addresses = []
             if not addresses:
-                if watchdog.remaining() <= 0:
+                if deadline <= time.monotonic():
                     raise FetchFailed(TIMEOUT_SENTENCE.format(seconds=_seconds(self.timeout_s)))
                 raise FetchFailed(f"The name {target.host} does not resolve to an address.")
         for address in addresses:  # every answer, so one public record cannot cover a private one
@@ -503,7 +511,7 @@ class Fetcher:
         return addresses
 
     def _open(self, target: Target, extra: Mapping[str, str], watchdog: _Watchdog, hop: int):
-        addresses = self._addresses(target, watchdog, hop)
+        addresses = self._addresses(target, watchdog.deadline, hop)
         request_headers = {"Host": target.host_header, "User-Agent": self.user_agent, "Accept": ACCEPT_HTML,
                            "Accept-Encoding": ACCEPT_ENCODING, "Connection": "close"}
         request_headers.update({k: v for k, v in extra.items() if k.lower() != "host"})

@@ -365,6 +365,10 @@ def cloudflare_mode(url: str | None, settings, conn: sqlite3.Connection | None =
     cached = _mode_cache_read(conn, target.url, conf["cloudflare_cache_hours"])
     if cached:
         return {**base, **cached, "fromCache": True}
+    try:  # the scanner fetches from its own network, but a name that leads inside is still not sent out
+        fetcher.check_resolved(target.url)
+    except (FetchRefused, FetchFailed) as failed:
+        raise observe.fetch_error(failed) from None
     try:
         level, name = _scan_site(conf, target.url)
     except (ScannerError, requests.RequestException) as failed:
