@@ -32,6 +32,8 @@ def _document(base_url: str) -> dict:
     doc = copy.deepcopy(_load())
     doc["servers"] = [{"url": base_url}]
     doc.pop("x-read-headers", None)
+    for _, _, op in operations(doc):  # the errors any path can meet, whatever it serves
+        op["responses"].setdefault("default", {"$ref": "#/components/responses/Error"})
     return doc
 
 
