@@ -14,6 +14,22 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from servers import write_response
+
+
+# Real User-Agent strings by crawler registry key, and a browser's (for the ledger's tests).
+USER_AGENTS = {
+    "gptbot": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; GPTBot/1.2; +https://openai.com/gptbot)",
+    "oai-searchbot": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko); compatible; OAI-SearchBot/1.0; +https://openai.com/searchbot",
+    "chatgpt-user": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko); compatible; ChatGPT-User/1.0; +https://openai.com/bot",
+    "claudebot": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; ClaudeBot/1.0; +claudebot@anthropic.com)",
+    "claude-user": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; Claude-User/1.0; +Claude-User@anthropic.com)",
+    "perplexity-user": "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; Perplexity-User/1.0; +https://perplexity.ai/perplexity-user)",
+    "googlebot": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+    "aadharshbot": "AadharshBot/1.0 (+https://aadhar.sh/bot)",
+    "browser": "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 Safari/605.1.15",
+}
+
 
 class QuietServer(ThreadingHTTPServer):
     def handle_error(self, request, client_address):
@@ -55,15 +71,7 @@ class LoopbackServer:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def send(self, handler, status: int, body: bytes | str, content_type: str = "application/json", headers=None):
-        body = body.encode() if isinstance(body, str) else body
-        handler.send_response(status)
-        handler.send_header("Content-Type", content_type)
-        handler.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        if handler.command != "HEAD":
-            handler.wfile.write(body)
+        write_response(handler, status, body, content_type, headers)
 
     def common_fault(self, handler) -> bool:
         """Apply the faults every protocol shares; True when the response was already sent."""

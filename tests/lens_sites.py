@@ -27,7 +27,7 @@ import dns.rrset
 
 from siteapi.lens.discovery import DnsClient
 from siteapi.lens.fetch import AddressPolicy, Fetcher
-from servers import start_thread, stop_thread
+from servers import start_thread, stop_thread, write_response
 
 SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
          "hang.test", "bigrobots.test", "binrobots.test", "bomb.test", "malformed.test", "deep.test")
@@ -86,15 +86,7 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def send(self, status: int, body: bytes | str, content_type: str = "text/html; charset=utf-8", headers: dict | None = None):
-        data = body.encode() if isinstance(body, str) else body
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+        write_response(self, status, body, content_type, {"Connection": "close", **(headers or {})})
 
     def do_GET(self):
         web: SiteWeb = self.server
@@ -366,14 +358,7 @@ class Scanner(BaseHTTPRequestHandler):
                        "application/json", status=400)
 
     def reply(self, body: str, content_type: str, headers: dict | None = None, status: int = 200):
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+        write_response(self, status, body, content_type, headers)
 
 
 def start_scanner() -> tuple[ThreadingHTTPServer, threading.Thread]:

@@ -21,7 +21,7 @@ import brotli
 import zstandard
 
 from siteapi.lens.fetch import AddressPolicy, Fetcher
-from servers import start_thread, stop_thread
+from servers import start_thread, stop_thread, write_response
 
 RICH_PAGE = """<!doctype html>
 <html lang="en"><head>
@@ -93,13 +93,7 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def send(self, status: int, body: bytes, content_type: str = "text/html; charset=utf-8", headers: dict | None = None):
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
+        write_response(self, status, body, content_type, headers)
 
     def redirect(self, location: str, status: int = 302):
         self.send(status, b"", headers={"Location": location})

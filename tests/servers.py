@@ -9,6 +9,20 @@ from urllib.parse import urlsplit
 from siteapi import serving
 
 
+def write_response(handler, status: int, body: bytes | str, content_type: str, headers: dict | None = None) -> None:
+    """One whole answer from a BaseHTTPRequestHandler: status, type, length, `headers`, then the body
+    (none to a HEAD)."""
+    data = body.encode() if isinstance(body, str) else body
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(data)))
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(data)
+
+
 def start_thread(server):
     """Serve a socketserver-style server (one with a `stopping` event) in a daemon thread."""
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -36,15 +36,6 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
                            max_leaves=12)
 
 
-def resolve(node):
-    while isinstance(node, dict) and "$ref" in node:
-        target = DOC
-        for part in node["$ref"].lstrip("#/").split("/"):
-            target = target[part]
-        node = target
-    return node
-
-
 LABEL = st.from_regex(r"[a-z0-9][a-z0-9-]{0,20}", fullmatch=True)
 URLS = st.builds("{}://{}.{}{}".format, st.sampled_from(["http", "https", "HTTPS", ""]), LABEL,
                  st.sampled_from(["com", "test", "invalid", "xn--p1ai", "local"]), st.sampled_from(["", "/", "/a?b=c#d"]))
@@ -52,7 +43,7 @@ URLS = st.builds("{}://{}.{}{}".format, st.sampled_from(["http", "https", "HTTPS
 
 def value_for(schema: dict, name: str = "") -> st.SearchStrategy:
     """Text for one parameter: something its schema allows, or anything hostile."""
-    schema = resolve(schema or {})
+    schema = schema or {}
     allowed = [URLS, URLS] if name in ("url", "left", "right") else []
     if "enum" in schema:
         allowed.append(st.sampled_from([str(v) for v in schema["enum"]]))
@@ -65,13 +56,8 @@ def value_for(schema: dict, name: str = "") -> st.SearchStrategy:
 
 
 def parameters_of(operation: dict, where: str) -> dict[str, dict]:
-    """name -> parameter (resolved) for the operation's parameters `where` (query, path, header)."""
-    found = {}
-    for parameter in operation.get("parameters") or []:
-        parameter = resolve(parameter)
-        if parameter.get("in") == where:
-            found[parameter["name"]] = parameter
-    return found
+    """name -> parameter for the operation's parameters `where` (query, path, header)."""
+    return {p["name"]: p for p in openapi.parameters(DOC, operation) if p.get("in") == where}
 
 
 def query_for(parameters: dict[str, dict]) -> st.SearchStrategy:

@@ -22,7 +22,7 @@ from httpx_sse import connect_sse
 
 import jobs
 from conftest import ROOT, Client
-from feeds_servers import make_settings
+from feeds_servers import USER_AGENTS, make_settings
 from servers import open_stream, read_until, serve_wsgi
 from siteapi import db
 from siteapi.feeds.ledger import ledger, run_ledger
@@ -338,11 +338,6 @@ def test_a_client_that_leaves_the_edge_stops_the_stream(slow_edge):
     assert len(streams.made) < 4000
 
 
-GPTBOT = "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; GPTBot/1.2; +https://openai.com/gptbot)"
-CLAUDEBOT = "Mozilla/5.0 AppleWebKit/537.36 (KHTML, like Gecko; compatible; ClaudeBot/1.0; +claudebot@anthropic.com)"
-BROWSER = "Mozilla/5.0 (X11; Linux x86_64; rv:140.0) Gecko/20100101 Firefox/140.0"
-
-
 def plain_ok(environ, start_response):
     start_response("200 OK", [("Content-Type", "text/plain")])
     return [b"ok"]
@@ -383,19 +378,19 @@ def test_ledger_follows_the_real_caddy_log_rolls(tmp_path):
 
     with serve_wsgi(plain_ok) as base, requests.Session() as session, \
             caddy_in_front(int(base.rsplit(":", 1)[1]), tmp_path, SITE_LOG_ROLL_SIZE="1MiB") as port:
-        send(session, port, GPTBOT, 30)
-        send(session, port, BROWSER, 10)
+        send(session, port, USER_AGENTS["gptbot"], 30)
+        send(session, port, USER_AGENTS["browser"], 10)
         assert "from 1 file(s): 30 crawler hits" in run_ledger(settings)
         assert not list(tmp_path.glob("access-*"))
 
-        send(session, port, CLAUDEBOT, 100)  # rolls once, after the job's position
-        send(session, port, BROWSER, 20)
+        send(session, port, USER_AGENTS["claudebot"], 100)  # rolls once, after the job's position
+        send(session, port, USER_AGENTS["browser"], 20)
         rolled = compressed_rolls(1)
         assert re.fullmatch(r"access-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}\.log\.gz", rolled[0].name)
         assert "from 2 file(s): 100 crawler hits" in run_ledger(settings)
         assert hits() == {"gptbot": 30, "claudebot": 100}
 
-        send(session, port, GPTBOT, 130)  # rolls again
+        send(session, port, USER_AGENTS["gptbot"], 130)  # rolls again
         compressed_rolls(2)
         assert "from 2 file(s): 130 crawler hits" in run_ledger(settings)
         assert "read 0 log lines" in run_ledger(settings)

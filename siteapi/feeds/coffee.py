@@ -207,7 +207,7 @@ def open_slots(r: dict, busy: list[tuple[int, int]], now: dt.datetime) -> list[d
 
 
 def availability(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -> dict:
-    """(200, Availability body), or raise ApiError 503 with the same body, `slots: []`, Retry-After 60."""
+    """The Availability body, or raise ApiError 503 with the same body, `slots: []`, Retry-After 60."""
     r = rules(settings)
     now = (now or dt.datetime.now(UTC)).astimezone(UTC)
     body = {"available": False, "stale": True, "source": "none", "checkedAt": None, "ageSeconds": None,

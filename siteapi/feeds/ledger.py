@@ -189,7 +189,7 @@ def _body(rate: float) -> dict:
 
 
 def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -> dict:
-    """(200, Ledger body), or ApiError 503 `not_configured` / 502 `upstream_failed` carrying the Ledger body."""
+    """The Ledger body, or ApiError 503 `not_configured` / 502 `upstream_failed` carrying the Ledger body."""
     rate = option(settings, "ledger_rate_usd", 0.01)
     body = _body(rate)
     if settings.access_log is None:

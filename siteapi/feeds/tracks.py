@@ -214,7 +214,7 @@ def _error(status: int, sentence: str, code: str) -> ApiError:
 
 
 def now_playing(settings) -> dict:
-    """(200, Tracks body) from the stored copy, or raise ApiError with the §4.8 status and code."""
+    """The Tracks body from the stored copy, or raise ApiError with the §4.8 status and code."""
     playlist_id = option(settings, "playlist_id", "").strip()
     if not playlist_id:
         raise _error(503, "No playlist is set on this site, so there are no tracks to show.", "no_playlist")

@@ -482,13 +482,11 @@ class Fetcher:
             elapsed_ms=int((time.monotonic() - started) * 1000), redirects=redirects, body_unreadable=unreadable,
         )
 
-    def check_resolved(self, url: str) -> Target:
-        """check(), then every address the name resolves to against the policy, without connecting:
+    def check_addresses(self, target: Target) -> None:
+        """Every address a checked target's name resolves to, against the policy, without connecting:
         for a URL that someone else fetches (mode=cloudflare's scanner), so a name that leads inside
-        is refused as a fetch would refuse it. FetchFailed when the name does not resolve."""
-        target = self.check(url)
+        is refused (FetchRefused) as a fetch would refuse it. FetchFailed when it does not resolve."""
         self._addresses(target, time.monotonic() + self.timeout_s, hop=0)
-        return target
 
     def _addresses(self, target: Target, deadline: float, hop: int) -> list[str]:
         if target.literal:

@@ -366,7 +366,7 @@ def cloudflare_mode(url: str | None, settings, conn: sqlite3.Connection | None =
     if cached:
         return {**base, **cached, "fromCache": True}
     try:  # the scanner fetches from its own network, but a name that leads inside is still not sent out
-        fetcher.check_resolved(target.url)
+        fetcher.check_addresses(target)
     except (FetchRefused, FetchFailed) as failed:
         raise observe.fetch_error(failed) from None
     try:
