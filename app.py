@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import sys
 from contextlib import closing
 
@@ -29,7 +30,8 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     """The site; `fetcher` replaces the lens's production fetcher (tests aim it at loopback sites)."""
     fetcher = fetcher or fetcher_from_settings(settings)
     limiter = RateLimiter(settings.rates, settings.rate_storage)
-    site = Site(settings, limiter, lambda fmt, body, path: pages.render_error(settings, fmt, body, path))
+    site = Site(settings, limiter, lambda fmt, body, path: pages.render_error(settings, fmt, body, path),
+                lambda path: suggest(path))
 
     def conn():
         try:
@@ -76,7 +78,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
             raise ApiError(404, "Originals are not published on this site.", code="not_found")
         found = bottle.static_file(path[5:] if full else path, root=str(root))
         if found.status_code >= 400:
-            raise ApiError(404, f"There is no image at /images/{path}.", code="not_found")
+            raise ApiError(404, f"There is no image at /images/{path[:pages.SUGGEST_CHARS]}.", code="not_found")
         kept = ("Content-Length", "Last-Modified", "ETag", "Accept-Ranges", "Content-Range")
         return Reply(found.body, status=found.status_code, content_type=found.content_type,
                      headers={k: v for k, v in found.headers.items() if k in kept})
@@ -173,12 +175,17 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-        known = [r["path"] for r in conn().execute("SELECT path FROM pages")] + [
-            rule for rule, _, _ in site.routes if "<" not in rule]  # templates such as /images/<path> are no page
         shown = path if len(path) <= pages.SUGGEST_CHARS else path[:pages.SUGGEST_CHARS] + "…"
-        raise ApiError(404, f"Nothing lives at {shown}.", code="not_found",
-                       hint="See /sitemap.xml for every page and /openapi.json for every API endpoint.",
-                       suggestions=pages.suggest(path, known, settings.public_base_url))
+        raise ApiError(404, f"Nothing lives at {shown}.", code="not_found")
+
+    def suggest(path):
+        """The closest real pages to a path that names nothing (the routes alone when site.db is down)."""
+        try:
+            known = [r["path"] for r in conn().execute("SELECT path FROM pages")]
+        except (ApiError, sqlite3.Error):
+            known = []
+        known += [rule for rule, _, _ in site.routes if "<" not in rule]  # templates such as /images/<path> are no page
+        return pages.suggest(path, known, settings.public_base_url)
 
     R = site.route
     R("/search.json", search)
@@ -186,7 +193,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/resume.json", resume)
     R("/photos/query.json", photo_query)
     R("/images/manifest.json", photo_manifest)
-    R("/images/<path:path>", image_file, cache="public, max-age=31536000, immutable")
+    R("/images/<path:path>", image_file, cache="public, max-age=31536000, immutable", may_not_exist=True)
     R("/rn/tracks", now_playing, cache="public, max-age=3600, s-maxage=3600")
     R("/around/json", neighborhood, cache="public, max-age=60, s-maxage=300")
     R("/around/changes.json", change_radar, cache="public, max-age=60, s-maxage=300")
@@ -201,7 +208,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/.well-known/agent-card.json", lambda: Reply(agentdocs.agent_card(settings, mcp.tools, mcp.info["version"]),
                                                      cache=DOC_CACHE))
     R("/.well-known/agent-skills/index.json", lambda: Reply(agentdocs.skills_index(settings, mcp.tools), cache=DOC_CACHE))
-    R("/.well-known/agent-skills/<name>/SKILL.md", skill_file)
+    R("/.well-known/agent-skills/<name>/SKILL.md", skill_file, may_not_exist=True)
     R("/.well-known/mcp/server-card.json", mcp.scanner_card_reply)
     R(botauth.DIRECTORY_PATH, signature_directory, cache="public, max-age=300")  # the signature's lifetime
     R("/openapi.json", openapi_json)

@@ -100,8 +100,10 @@ def llms_full_txt(conn: sqlite3.Connection, settings, api) -> str:
 
 
 def sitemap_xml(conn: sqlite3.Connection, settings, extra_paths: list[str]) -> str:
-    rows = all_pages(conn)
-    entries = [(r["path"], r["date"]) for r in rows] + [(p, None) for p in extra_paths]
+    """Every page, then each of `extra_paths` (pages the app renders) that no content page already is."""
+    entries = [(r["path"], r["date"]) for r in all_pages(conn)]
+    listed = {path for path, _ in entries}
+    entries += [(p, None) for p in extra_paths if p not in listed]
     urls = "".join(
         f"<url><loc>{xml_escape(settings.url(path))}</loc>{f'<lastmod>{date}</lastmod>' if date else ''}</url>"
         for path, date in entries)

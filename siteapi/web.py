@@ -4,8 +4,9 @@
 preflight), 405 with `Allow`, `API-Version`, the caller's rate-limit policy (429 with
 `Retry-After`, `RateLimit-Policy`, `RateLimit`), JSON errors (never a traceback), the `Link`
 header to the service description, CORS and a per-route `Cache-Control`. Handlers return a dict
-(JSON) or a `Reply`, or raise `ApiError`. Unknown paths go to a fallback that answers 404 in the
-format asked for, with `suggestions`.
+(JSON) or a `Reply`, or raise `ApiError`. Every 404 answers in the format asked for, with a `hint`
+and the closest real pages (`suggestions`); unknown paths go to a fallback that raises it, and a
+path that may not exist (the fallback, `/images/...`) is a 404 whatever the method, OPTIONS too.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ MAX_QUERY_BYTES = 16 * 1024
 MAX_FIELDS = 200
 MAX_BODY_BYTES = 1 << 20
 DOCS_PATH = "/developers"
+NOT_FOUND_HINT = "See /sitemap.xml for every page and /openapi.json for every API endpoint."
 _BAD_PATH = re.compile(r"[\x00-\x1f\x7f]|(^|/)\.\.(/|$)")
 EXPOSED = "Link, RateLimit, RateLimit-Policy, Retry-After, x-markdown-tokens, Content-Type"
 # The environ key of the response's convention headers (CORS, Link, rate limits, Cache-Control):
@@ -176,10 +178,12 @@ def error_format(path: str, accept: str) -> str:
 class Site:
     """The Bottle app plus the shared conventions; app.py declares every route on it."""
 
-    def __init__(self, settings, limiter: RateLimiter, render_error: Callable[[str, dict, str], tuple[str, str, dict]]):
+    def __init__(self, settings, limiter: RateLimiter, render_error: Callable[[str, dict, str], tuple[str, str, dict]],
+                 suggest: Callable[[str], list[str]]):
         self.settings = settings
         self.limiter = limiter
         self.render_error = render_error  # (format, error body, path) -> (content type, text, headers)
+        self.suggest = suggest  # path -> the closest real pages, for every 404
         self.app = bottle.Bottle()
         self.app.config["catchall"] = False
         link_header = ", ".join([
@@ -197,7 +201,9 @@ class Site:
 
     # -- declaring routes ------------------------------------------------------------------------
     def route(self, rule: str, handler: Callable, methods: Iterable[str] = ("GET",), policy: str = "read",
-              cache: str = JSON_CACHE, options: bool = True) -> None:
+              cache: str = JSON_CACHE, options: bool = True, may_not_exist: bool = False) -> None:
+        """`may_not_exist`: the rule is a template whose handler raises a 404 for a path that names
+        nothing; it is then asked first for OPTIONS and unserved methods."""
         allowed = list(dict.fromkeys(m.upper() for m in methods))
         if "GET" in allowed and "HEAD" not in allowed:
             allowed.insert(allowed.index("GET") + 1, "HEAD")
@@ -206,7 +212,7 @@ class Site:
         self.routes.append((rule, tuple(allowed), policy))
 
         def endpoint(**url_args):
-            return self.serve(handler, url_args, tuple(allowed), policy, cache)
+            return self.serve(handler, url_args, tuple(allowed), policy, cache, may_not_exist)
 
         self.app.route(rule, method="ANY", callback=endpoint)
 
@@ -214,7 +220,7 @@ class Site:
         """The last route: `handler(path)` serves content pages or raises ApiError(404)."""
         def endpoint(path=""):
             return self.serve(lambda: handler("/" + path), {}, ("GET", "HEAD", "OPTIONS"), "read", PAGE_CACHE,
-                              path_may_not_exist=True)
+                              may_not_exist=True)
 
         self.app.route("/<path:path>", method="ANY", callback=endpoint)
         self.app.route("/", method="ANY", callback=endpoint)
@@ -236,10 +242,12 @@ class Site:
         return self.app(environ, start)
 
     # -- serving ---------------------------------------------------------------------------------
-    def serve(self, handler, url_args, allowed, policy, cache, path_may_not_exist=False):
+    def serve(self, handler, url_args, allowed, policy, cache, may_not_exist=False):
         request, response = bottle.request, bottle.response
         method = request.method.upper()
         try:
+            if may_not_exist and (method == "OPTIONS" or method not in allowed):
+                handler(**url_args)  # raises the 404 of a path that names nothing; a real one goes on to its 204 or 405
             if method == "OPTIONS" and "OPTIONS" in allowed:
                 response.status = 204
                 request.environ[CONVENTION_HEADERS] += [
@@ -247,8 +255,6 @@ class Site:
                     ("Access-Control-Allow-Headers", "*"), ("Access-Control-Max-Age", "86400")]
                 return b""
             if method not in allowed:
-                if path_may_not_exist:
-                    handler()  # raises the 404 of an unknown path, whatever the method; a real page gets the 405
                 raise ApiError(405, f"{request.path} answers {', '.join(allowed)}, not {method}.",
                                code="method_not_allowed", headers={"Allow": ", ".join(allowed)}, allow=list(allowed))
             version = header("API-Version", None)
@@ -297,6 +303,8 @@ class Site:
         body = dict(exc.body)
         if exc.status == 404:
             body = {"ok": False, **body}
+            body.setdefault("hint", NOT_FOUND_HINT)
+            body.setdefault("suggestions", self.suggest(request.path))
         body.setdefault("docs", self.settings.url(DOCS_PATH))
         response.status = exc.status
         self._send_headers({"Cache-Control": NO_STORE, **exc.headers})

@@ -52,6 +52,38 @@ def test_unserved_method_on_a_page_is_405_and_on_nothing_404(api, method):
     assert api.request(method, "/no-such-page").status_code == 404
 
 
+def test_every_404_names_the_closest_pages_not_only_the_fallbacks(api):
+    """A route that knows a path names nothing (an image, a skill) answers the same 404 as a path no
+    route knows: a hint and the closest real pages, in the format asked for."""
+    for path in ("/images/nope.json", "/images/full/nope.jpg", "/.well-known/agent-skills/serch_site/SKILL.md"):
+        r = api.get(path, headers={"Accept": "application/json"})
+        body = r.json()
+        assert r.status_code == 404 and body["code"] == "not_found" and body["hint"], path
+        assert body["suggestions"] and all(u.startswith("https://") for u in body["suggestions"]), path
+        assert r.headers["Cache-Control"] == "no-store", path
+        as_md = api.get(path, headers={"Accept": "text/markdown"})
+        assert all(f"<{url}>" in as_md.text for url in body["suggestions"]), path
+        assert body["suggestions"][0].endswith(("/images/manifest.json", "/.well-known/agent-skills/index.json")), path
+
+
+@pytest.mark.parametrize("method", ["OPTIONS", "POST", "DELETE"])
+def test_a_path_that_names_nothing_is_404_whatever_the_method(api, method):
+    for path in ("/no-such-page", "/api/v9/anything", "/images/nope.jpg", "/.well-known/agent-skills/nope/SKILL.md"):
+        r = api.request(method, path, headers={"Accept": "application/json"})
+        assert r.status_code == 404 and "Allow" not in r.headers, (method, path, r.status_code)
+        assert "Access-Control-Allow-Methods" not in r.headers, (method, path)
+    real = api.request(method, "/about")
+    assert real.status_code == (204 if method == "OPTIONS" else 405)
+    skill = api.request(method, "/.well-known/agent-skills/search_site/SKILL.md")
+    assert skill.status_code == (204 if method == "OPTIONS" else 405)
+
+
+def test_sitemap_lists_each_page_once(api):
+    import re
+    locs = re.findall(r"<loc>([^<]+)</loc>", api.get("/sitemap.xml").text)
+    assert len(locs) == len(set(locs)) and any(u.endswith("/developers") for u in locs)
+
+
 def test_a_very_long_unknown_path_is_a_short_404(api):
     r = api.get("/writing/cb550-first-rid" + "e" * 200_000, headers={"Accept": "application/json"})
     assert r.status_code == 404 and r.json()["suggestions"]

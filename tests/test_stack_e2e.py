@@ -182,6 +182,42 @@ def test_images_are_static_with_a_long_cache(stack):
 
 
 @needs_caddy
+def test_what_no_image_file_answers_goes_to_the_app(stack, edge):
+    """A missing file, a directory or a write under /images/ answers as the app does (JSON 404 with
+    suggestions, 405 with Allow), never cached; the files that exist keep the year's cache."""
+    for path in ("/images/nope.json", "/images/full/nope.jpg", "/images/", "/images/full/"):
+        r = edge.get(path, headers={"Accept": "application/json"})
+        assert r.status_code == 404 and r.json()["code"] == "not_found" and r.json()["suggestions"], path
+        assert r.headers["Cache-Control"] == "no-store", path
+    missing_md = edge.get("/images/nope.jpg", headers={"Accept": "text/markdown"})
+    assert missing_md.status_code == 404 and missing_md.text.startswith("# Not found")
+    for path in ("/images/probe.txt", "/images/full/" + edge.get("/images/manifest.json").json()["photos"][0]["full"].rsplit("/", 1)[1]):
+        posted = edge.request("POST", path, data=b"x")
+        assert posted.status_code == 405 and posted.headers["Allow"] == "GET, HEAD, OPTIONS", path
+        got = requests.get(stack["edge"] + path, timeout=30)
+        assert got.status_code == 200 and "immutable" in got.headers["Cache-Control"], path
+        assert got.headers["Access-Control-Allow-Origin"] == "*", path
+
+
+@needs_caddy
+def test_the_edge_adds_one_server_field_and_compresses_every_json_type(stack):
+    for path in ("/robots.txt", "/data/site/pages", "/images/probe.txt", "/images/nope.jpg"):
+        r = requests.get(stack["edge"] + path, timeout=30)
+        assert r.raw.headers.getlist("Server") == ["Caddy"], path
+    for path in ("/openapi.json", "/.well-known/api-catalog", "/search.json?q=honda"):
+        r = requests.get(stack["edge"] + path, headers={"Accept-Encoding": "gzip"}, timeout=30)
+        assert r.status_code == 200 and r.headers.get("Content-Encoding") == "gzip", path
+
+
+@needs_caddy
+def test_datasette_links_reach_clients_in_rfc_8288_form(stack):
+    r = requests.get(stack["edge"] + "/data/site/pages", timeout=30)
+    link = r.headers["Link"]
+    assert link.startswith("<http") and '>; rel="alternate"' in link, link
+    assert r.links["alternate"]["url"].endswith("/data/site/pages.json")
+
+
+@needs_caddy
 def test_photo_archive_through_the_edge(stack, edge):
     manifest = edge.get("/images/manifest.json").json()
     assert manifest["count"] >= 24  # the demo set `make run` generates on first run
