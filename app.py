@@ -203,7 +203,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/lens/compare.json", lens_compare, policy="compare", cache=NO_STORE)
     R("/lens/census.json", lens_census, cache="public, max-age=300, s-maxage=900")
     mcp = McpServer(site, settings, fetcher=fetcher)
-    R("/mcp", mcp.handle, methods=("POST",), policy="mcp", cache=NO_STORE)
+    R("/mcp", mcp.handle, methods=("POST",), cache=NO_STORE)
     R("/mcp/server-card", mcp.draft_card_reply)
     R("/.well-known/agent-card.json", lambda: Reply(agentdocs.agent_card(settings, mcp.tools, mcp.info["version"]),
                                                      cache=DOC_CACHE))

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Every policy a route or tool spends, (quota, window seconds); [rate] <name>_q / <name>_w override,
 # and a <name>_q there declares a further one.
 DEFAULT_RATES = {
-    "read": (120, 60), "inspect": (30, 60), "compare": (4, 60), "ask_model": (20, 60), "mcp": (120, 60),
+    "read": (120, 60), "inspect": (30, 60), "compare": (4, 60), "ask_model": (20, 60),
     "representation_capture": (4, 60), "representation_compare": (8, 60),
 }
 

@@ -15,6 +15,7 @@ import yaml
 
 SOURCE = Path(__file__).with_name("openapi.yaml")
 METHODS = ("get", "post", "put", "patch", "delete")
+READ_HEADERS = ("RateLimit-Policy", "RateLimit", "Link")
 
 
 @functools.cache
@@ -31,9 +32,13 @@ def document(settings) -> dict:
 def _document(base_url: str) -> dict:
     doc = copy.deepcopy(_load())
     doc["servers"] = [{"url": base_url}]
-    doc.pop("x-read-headers", None)
-    for _, _, op in operations(doc):  # the errors any path can meet, whatever it serves
-        op["responses"].setdefault("default", {"$ref": "#/components/responses/Error"})
+    for _, _, op in operations(doc):
+        op["responses"].setdefault("default", {"$ref": "#/components/responses/Error"})  # any path can meet it
+        for status, response in op["responses"].items():
+            if status.startswith("2") and "$ref" not in response:  # every answer the app gives carries these
+                headers = response.setdefault("headers", {})
+                for name in READ_HEADERS:
+                    headers.setdefault(name, {"$ref": f"#/components/headers/{name}"})
     return doc
 
 

@@ -133,6 +133,26 @@ def test_openapi_is_valid_and_every_operation_is_keyless(api):
             assert op.get("operationId"), (path, method)
 
 
+def test_openapi_declares_every_tag_and_the_headers_of_every_answer(api):
+    """API.md §1's areas are the tags, each described; every 2xx answer declares the headers the app
+    sends with all of them (§4: every 200 carries RateLimit-Policy)."""
+    doc = api.get("/openapi.json").json()
+    declared = {tag["name"]: tag.get("description") for tag in doc["tags"]}
+    assert {"search", "photos", "lens", "music", "around", "contact", "about"} <= set(declared)
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            assert set(op["tags"]) <= set(declared) and all(declared[t] for t in op["tags"]), (path, method)
+            for status, response in op["responses"].items():
+                if status.startswith("2"):
+                    assert {"RateLimit-Policy", "RateLimit", "Link"} <= set(response["headers"]), (path, method, status)
+    ask = doc["paths"]["/ask"]
+    for method in ("get", "post"):
+        assert ask[method]["responses"]["429"] == {"$ref": "#/components/responses/RateLimited"}
+        assert ask[method]["responses"]["405"] == {"$ref": "#/components/responses/MethodNotAllowed"}
+    for path in ("/resume.json", "/images/manifest.json", "/photos/query.json", "/search.json"):
+        assert "RateLimit-Policy" in api.get(path).headers, path
+
+
 def test_openapi_describes_every_route(site_settings, api):
     from app import make_app
     doc = api.get("/openapi.json").json()

@@ -358,3 +358,22 @@ def test_snapshot_tools_store_read_compare_and_have_their_own_budget(lens_api):
     over = tool_call(api, "representation_capture", {"url": web.url("/rich")}).json()["result"]
     assert over["isError"] is True and "representation_capture budget is 2" in over["content"][0]["text"]
     assert "retry in" in over["content"][0]["text"]
+
+
+def test_mcp_spends_the_shared_read_budget_and_a_tool_call_its_endpoints_too(site_settings, checker):
+    """/mcp is one more endpoint of the shared `read` budget (API.md §8), not a budget of its own; a
+    search through it also spends what /search.json spends."""
+    from conftest import Client
+
+    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 5, 60)})
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        api = Client(base, checker)
+        assert api.get("/robots.txt").status_code == 200  # read 1 of 5
+        listed = call(api, request("tools/list"), {"MCP-Protocol-Version": "2025-06-18"})  # read 2
+        assert listed.headers["RateLimit-Policy"] == '"read";q=5;w=60'
+        searched = tool_call(api, "search_site", {"q": "carburetor"})  # read 3, and 4 for the search
+        assert searched.json()["result"]["isError"] is False
+        assert searched.headers["RateLimit"] == '"read";r=2;t=60'  # counted before the search ran
+        assert api.get("/robots.txt").headers["RateLimit"].startswith('"read";r=0;')  # read 5
+        over = call(api, request("tools/list"), {"MCP-Protocol-Version": "2025-06-18"})
+        assert over.status_code == 429 and over.headers["RateLimit-Policy"] == '"read";q=5;w=60'
