@@ -2,13 +2,19 @@
 the two server cards, all generated from one tool registry (siteapi/mcp_tools.py).
 
 Two eras on one URL. Handshake era (2024-11-05 .. 2025-11-25): `initialize` echoes a supported
-version or offers the newest, `ping`, notifications get 202, batches of up to 16. 2026-07-28:
+version or offers the newest, `ping`, notifications get 202, batches of up to 16 where the version
+still has them (up to 2025-03-26; never with `initialize` in them). 2026-07-28:
 no handshake; each request carries `_meta` with the protocol version and client capabilities,
 `MCP-Protocol-Version`/`Mcp-Method`/`Mcp-Name` headers must agree with the body, `server/discover`
 describes the server, results carry `resultType`, list results `ttlMs`/`cacheScope`, and errors
 map to HTTP statuses (404 for an unknown method, 400 for the rest). A request is modern when its
 `MCP-Protocol-Version` header names a modern version, or when it has no such header and its
 `_meta` names a protocol version.
+
+Tool arguments: an endpoint tool's bounds (minimum, maximum, maxLength) are documentation, not
+refusals, because the endpoint clamps or truncates them as it does over HTTP. Arguments that break
+the schema otherwise are -32602 up to 2025-06-18 and, from 2025-11-25 on, a result with `isError`
+that a model can read and correct (the tools chapter moved input validation there).
 """
 from __future__ import annotations
 
@@ -27,6 +33,9 @@ from siteapi.web import MAX_BODY_BYTES, Reply, body, caller, header
 log = logging.getLogger("siteapi.mcp")
 
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+BATCH_VERSIONS = ("2024-11-05", "2025-03-26")  # 2025-06-18 removed JSON-RPC batching
+ARGUMENT_ERRORS_AS_RESULTS = "2025-11-25"  # from this version on, bad arguments are tool results
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "maxItems")
 MODERN_VERSIONS = ("2026-07-28",)
 ALL_VERSIONS = HANDSHAKE_VERSIONS + MODERN_VERSIONS
 ASSUMED_VERSION = "2025-03-26"  # a handshake-era request without MCP-Protocol-Version
@@ -58,6 +67,22 @@ def rpc_error(msg_id, code: int, message: str, data: Any = None) -> dict:
     return {"jsonrpc": "2.0", "id": msg_id, "error": error}
 
 
+def readable_id(message):
+    """The id of a request object when it is a valid one (errors found before reading it answer it)."""
+    msg_id = message.get("id") if isinstance(message, dict) else None
+    return msg_id if isinstance(msg_id, (str, int)) and not isinstance(msg_id, bool) else None
+
+
+def without_bounds(schema):
+    """A copy of a JSON schema without its range and length keywords (property names are kept)."""
+    if isinstance(schema, list):
+        return [without_bounds(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {key: ({name: without_bounds(sub) for name, sub in value.items()} if key == "properties"
+                  else without_bounds(value)) for key, value in schema.items() if key not in BOUNDS}
+
+
 def unsupported(requested) -> RpcError:
     return RpcError(UNSUPPORTED_VERSION, f"MCP protocol version {str(requested)[:40]!r} is not supported; use one "
                     f"of {', '.join(ALL_VERSIONS)}.", {"supported": list(ALL_VERSIONS), "requested": str(requested)[:40]})
@@ -76,9 +101,11 @@ class McpServer:
         self.instructions = ("Read-only tools over the public API of a personal site: search and ask its pages, "
                              "query its photo archive, inspect public URLs (lens), and read its live feeds. "
                              "No key needed; rate limits are per caller, shared with the HTTP endpoints.")
-        tools = endpoint_tools(doc, InProcess(site.wsgi)) + snapshot_tools(settings, site.limiter, fetcher)
-        self.tools: dict[str, Tool] = {t.name: t for t in tools}
-        self.validators = {t.name: Draft202012Validator(t.input_schema) for t in tools}
+        endpoints = endpoint_tools(doc, InProcess(site.wsgi))
+        snapshots = snapshot_tools(settings, site.limiter, fetcher)
+        self.tools: dict[str, Tool] = {t.name: t for t in endpoints + snapshots}
+        self.validators = {**{t.name: Draft202012Validator(without_bounds(t.input_schema)) for t in endpoints},
+                           **{t.name: Draft202012Validator(t.input_schema) for t in snapshots}}
 
     # -- HTTP ------------------------------------------------------------------------------------
     def handle(self):
@@ -86,10 +113,6 @@ class McpServer:
         if origin is not None and not _ORIGIN.match(origin.strip()):
             return self._http(403, rpc_error(None, INVALID_REQUEST, "The Origin header must be an http(s) origin "
                                              "such as https://example.com; null or malformed origins are refused."))
-        version_header = header("MCP-Protocol-Version", None)
-        if version_header is not None and version_header not in ALL_VERSIONS:
-            exc = unsupported(version_header)
-            return self._http(400, rpc_error(None, exc.code, exc.message, exc.data))
         raw = body(MAX_BODY_BYTES)
         if len(raw) > MAX_BODY_BYTES:
             return self._http(413, rpc_error(None, INVALID_REQUEST, "The request body is larger than 1 MB; send "
@@ -99,6 +122,10 @@ class McpServer:
         except (ValueError, RecursionError):
             return self._http(400, rpc_error(None, PARSE_ERROR, "The body is not JSON; send one JSON-RPC 2.0 "
                                              "request object (or a batch array of them)."))
+        version_header = header("MCP-Protocol-Version", None)
+        if version_header is not None and version_header not in ALL_VERSIONS:
+            exc = unsupported(version_header)
+            return self._http(400, rpc_error(readable_id(message), exc.code, exc.message, exc.data))
         if isinstance(message, list):
             return self._batch(message, version_header)
         modern = self._is_modern(message, version_header)
@@ -112,15 +139,16 @@ class McpServer:
         return self._http(status, answer)
 
     def _batch(self, messages: list, version_header):
-        if version_header in MODERN_VERSIONS:
-            return self._http(400, rpc_error(None, INVALID_REQUEST, "Protocol 2026-07-28 takes one JSON-RPC "
+        version = version_header or ASSUMED_VERSION
+        if version not in BATCH_VERSIONS:
+            return self._http(400, rpc_error(None, INVALID_REQUEST, f"Protocol {version} takes one JSON-RPC "
                                              "request per POST, not a batch."))
         if not messages:
             return self._http(400, rpc_error(None, INVALID_REQUEST, "An empty batch; send at least one request."))
         if len(messages) > MAX_BATCH:
             return self._http(413, rpc_error(None, INVALID_REQUEST, f"A batch holds at most {MAX_BATCH} "
                                              f"messages; this one has {len(messages)}."))
-        answers = [a for a in (self.answer(m, version_header, False) for m in messages) if a is not None]
+        answers = [a for a in (self.answer(m, version_header, False, in_batch=True) for m in messages) if a is not None]
         return self._http(200, answers) if answers else Reply(b"", status=202, content_type="text/plain")
 
     @staticmethod
@@ -136,7 +164,7 @@ class McpServer:
         return isinstance(meta, dict) and VERSION_KEY in meta
 
     # -- JSON-RPC --------------------------------------------------------------------------------
-    def answer(self, message, version_header, modern: bool) -> dict | None:
+    def answer(self, message, version_header, modern: bool, in_batch: bool = False) -> dict | None:
         """The response object for one message, or None for a notification or a client response."""
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             return rpc_error(None, INVALID_REQUEST, 'Each message must be a JSON object with "jsonrpc": "2.0".')
@@ -154,6 +182,8 @@ class McpServer:
             return rpc_error(msg_id, INVALID_REQUEST, "params must be an object.")
         if "id" not in message:
             return None  # a notification: acknowledged with 202, nothing to act on statelessly
+        if in_batch and method == "initialize":
+            return rpc_error(msg_id, INVALID_REQUEST, "initialize must be sent on its own, not in a batch.")
         try:
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, "params must be an object, not an array.")
@@ -195,7 +225,7 @@ class McpServer:
             self._no_cursor(params)
             return {"tools": [self._for_version(t.listing(), version) for t in self.tools.values()]}
         if method == "tools/call":
-            result = self.call(params)
+            result = self.call(params, version)
             if version < "2025-06-18":
                 result.pop("structuredContent", None)
             return result
@@ -212,7 +242,7 @@ class McpServer:
             return {"tools": [t.listing() for t in self.tools.values()], "ttlMs": LIST_TTL_MS,
                     "cacheScope": "public", **stamp}
         if method == "tools/call":
-            return {**self.call(params), **stamp}
+            return {**self.call(params, version), **stamp}
         raise RpcError(METHOD_NOT_FOUND, f"Unknown method {method[:80]!r}; protocol {version} answers "
                        "server/discover, tools/list and tools/call.")
 
@@ -232,7 +262,7 @@ class McpServer:
     def capabilities(self) -> dict:
         return {"tools": {"listChanged": False}}
 
-    def call(self, params: dict) -> dict:
+    def call(self, params: dict, version: str) -> dict:
         name, arguments = params.get("name"), params.get("arguments")
         if not isinstance(name, str):
             raise RpcError(INVALID_PARAMS, "tools/call needs params.name, the tool's name as a string.")
@@ -245,13 +275,15 @@ class McpServer:
         if not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "params.arguments must be an object of the tool's parameters.")
         too_long = [k for k, v in arguments.items() if isinstance(v, str) and len(v) > MAX_STRING]
-        if too_long:
-            raise RpcError(INVALID_PARAMS, f"Argument {too_long[0][:40]!r} is longer than {MAX_STRING} characters.")
         error = next(iter(sorted(self.validators[name].iter_errors(arguments), key=lambda e: e.path)), None)
-        if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "arguments"
-            raise RpcError(INVALID_PARAMS, f"Invalid arguments for {name} at {where}: {error.message[:300]}",
-                           {"inputSchema": tool.input_schema})
+        if too_long or error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) if error is not None else ""
+            message = (f"Argument {too_long[0][:40]!r} is longer than {MAX_STRING} characters." if too_long else
+                       f"Invalid arguments for {name} at {where or 'arguments'}: {error.message[:300]}")
+            if version < ARGUMENT_ERRORS_AS_RESULTS:
+                raise RpcError(INVALID_PARAMS, message, {"inputSchema": tool.input_schema})
+            return {"content": [{"type": "text", "text": message + " The tool's inputSchema lists what it takes."}],
+                    "isError": True}
         try:
             outcome = tool.run(arguments, caller())
         except Exception:
@@ -287,7 +319,7 @@ class McpServer:
     def draft_card_reply(self):
         text = json.dumps(self.draft_card(), ensure_ascii=False, sort_keys=True)
         etag = '"' + hashlib.sha256(text.encode()).hexdigest()[:32] + '"'
-        sent = [t.strip() for t in header("If-None-Match").split(",")]
+        sent = [t.strip().removeprefix("W/") for t in header("If-None-Match").split(",")]  # weak comparison
         if etag in sent or "*" in sent:
             return Reply(b"", status=304, headers={"ETag": etag}, cache=CARD_CACHE)
         return Reply(text, content_type=CARD_TYPE, headers={"ETag": etag}, cache=CARD_CACHE)
