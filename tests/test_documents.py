@@ -83,6 +83,21 @@ def test_robots_txt_names_the_sitemap(api):
     assert "User-agent: *" in text and "Sitemap: https://aadhar.sh/sitemap.xml" in text
 
 
+def test_robots_txt_gives_named_crawlers_the_rules_everyone_has_and_the_policy_shows_it(api):
+    """A named group replaces `*` (RFC 9309): asked through Google's parser, every crawler gets the
+    same verdicts, and /documents/crawler-policy quotes the file that is served."""
+    import robotstxt
+
+    text = api.get("/robots.txt").text
+    for agent in ("Googlebot", "GPTBot", "ClaudeBot", "CCBot", "Google-Extended", "PerplexityBot"):
+        for path, allowed in (("/data/site/pages.csv", False), ("/data/site/pages", True), ("/about", True)):
+            assert robotstxt.RobotsMatcher().is_allowed(text, agent, "https://aadhar.sh" + path) is allowed, (agent, path)
+    policy = api.get("/documents/crawler-policy.md").text
+    quoted = policy.split("```\n", 2)[1].split("```")[0]
+    served = "".join(line + "\n" for line in text.splitlines() if line and not line.startswith("#"))
+    assert quoted.replace("\n\n", "\n") == served
+
+
 def test_api_catalog_is_an_rfc9727_linkset(api):
     for method in ("GET", "HEAD"):
         r = api.request(method, "/.well-known/api-catalog")
