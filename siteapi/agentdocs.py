@@ -38,15 +38,17 @@ def skills_index(settings, tools: dict[str, Tool]) -> dict:
 
 
 def agent_card(settings, tools: dict[str, Tool], version: str) -> dict:
-    """A2A agent card (protocol 0.3): who this is and the MCP interface; skills mirror the tools."""
+    """A2A agent card (protocol 0.3) for discovery only: who this is and its one interface, MCP at
+    /mcp, named as such so no A2A client takes it for A2A's JSON-RPC; skills mirror the tools."""
     return {
         "protocolVersion": "0.3.0",
         "name": settings.site_name,
         "description": "The read-only public API of a personal site as tools: site search and questions, a photo "
-                       "archive with film recipes, a URL inspector for how machines see a page, and live feeds.",
+                       "archive with film recipes, a URL inspector for how machines see a page, and live feeds. "
+                       "Discovery only: the tools are served over MCP (Streamable HTTP) at /mcp, not over A2A.",
         "url": settings.url("/mcp"),
-        "preferredTransport": "JSONRPC",
-        "supportedInterfaces": [{"url": settings.url("/mcp"), "transport": "MCP", "protocol": "streamable-http"}],
+        "preferredTransport": "MCP",
+        "additionalInterfaces": [{"url": settings.url("/mcp"), "transport": "MCP"}],
         "version": version,
         "documentationUrl": settings.url("/developers"),
         "provider": {"organization": settings.site_name, "url": settings.url("/")},

@@ -210,6 +210,8 @@ def test_agent_card_and_skills_list_the_mcp_tools(api):
     card_tools = {t["name"] for t in api.get("/.well-known/mcp/server-card.json").json()["tools"]}
     agent = api.get("/.well-known/agent-card.json").json()
     assert agent["url"].endswith("/mcp") and {s["id"] for s in agent["skills"]} == card_tools
+    # the one interface is MCP; no A2A transport (JSONRPC, GRPC, HTTP+JSON) is claimed where none is served
+    assert agent["preferredTransport"] == "MCP" and agent["additionalInterfaces"] == [{"url": agent["url"], "transport": "MCP"}]
     index = api.get("/.well-known/agent-skills/index.json").json()
     assert {s["name"] for s in index["skills"]} == card_tools
     for skill in index["skills"][:5]:
