@@ -141,22 +141,33 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
     def value(name: str):
         return fields[name] if name in fields else params.get(name)
 
+    def named(name: str) -> str:
+        """How the caller sent `name`: its v0.55 body field, or the query-string parameter."""
+        return V055_FIELDS.get(name, name) if dialect == "0.55" and name in fields else name
+
+    def send(name: str, good: str) -> str:
+        return f'{named(name)} "{good}"' if named(name) != name else f"{name}={good}"
+
     question = _clean(value("query") or "")
     if not question:
+        example = ('{"query": {"text": "how do I rebuild a carburetor"}}' if dialect == "0.55"
+                   else "/ask?query=how+do+I+rebuild+a+carburetor")
         where = "query.text in the JSON body" if dialect == "0.55" else "the query parameter"
-        raise _bad("query", f"A question is required: send it as {where}, e.g. /ask?query=how+do+I+rebuild+a+carburetor.", query_id)
+        raise _bad("query", f"A question is required: send it as {where}, e.g. {example}.", query_id)
 
     mode = str(value("mode") or "list").strip().lower()
     if mode in MODES_UNSERVED:
-        raise ApiError(501, f"Mode {mode} is not served: this site returns ranked pages only; send mode=list.",
-                       code="mode_not_supported", parameter="mode", supported_modes=MODES_SUPPORTED,
+        raise ApiError(501, f"Mode {mode} is not served: this site returns ranked pages only; "
+                       f"send {send('mode', 'list')}.", code="mode_not_supported", parameter=named("mode"), supported_modes=MODES_SUPPORTED,
                        query_id=query_id, results=[])
     if mode not in MODES_SUPPORTED:
-        raise _bad("mode", f"Mode {mode!r} is unknown; send mode=list (summarize and generate are not served).", query_id)
+        raise _bad(named("mode"), f"Mode {mode!r} is unknown; send {send('mode', 'list')} (summarize and generate "
+                   "are not served).", query_id)
 
     site = str(value("site") or "").strip().lower().rstrip("/")
     if site not in ("", "all", settings.site_host, "https://" + settings.site_host):
-        raise _bad("site", f"Site {site!r} is not served here; send site={settings.site_host} or leave it out.", query_id)
+        raise _bad(named("site"), f"Site {site!r} is not served here; send {send('site', settings.site_host)} or "
+                   "leave it out.", query_id)
 
     streaming = value("streaming")
     if isinstance(streaming, str):
@@ -224,6 +235,9 @@ def _legacy_body_fields(data: dict, query_id: str) -> dict:
         fields[key] = _typed(data, key, (int, str), key, query_id)
     fields["prev"] = _typed(data, "prev", (list, str), "prev", query_id)
     return {k: v for k, v in fields.items() if v is not None}
+
+
+V055_FIELDS = {"site": "query.site", "mode": "prefer.mode"}  # legacy name -> the v0.55 body field
 
 
 def _structured_fields(data: dict, query_id: str) -> dict:

@@ -320,11 +320,11 @@ def test_a_form_body_is_read_as_legacy_fields(site):
     (b'{"query": {"text": 42}}', "query"),
     (b'{"query": 42}', "query"),
     (b'{"query": {"text": "a", "site": 5}}', "query.site"),
-    (b'{"query": {"text": "a", "site": "example.com"}}', "site"),
+    (b'{"query": {"text": "a", "site": "example.com"}}', "query.site"),
     (b'{"query": {"text": "a"}, "prefer": "stream"}', "prefer"),
     (b'{"query": {"text": "a"}, "prefer": {"streaming": "yes"}}', "prefer.streaming"),
     (b'{"query": {"text": "a"}, "prefer": {"mode": 1}}', "prefer.mode"),
-    (b'{"query": {"text": "a"}, "prefer": {"mode": "poem"}}', "mode"),
+    (b'{"query": {"text": "a"}, "prefer": {"mode": "poem"}}', "prefer.mode"),
     (b'{"query": {"text": "a"}, "context": {"prev": "earlier"}}', "context.prev"),
     (b'{"query": {"text": "a"}, "context": {"prev": [1]}}', "context.prev"),
     (b'{"query": {"text": "a"}, "top_k": "5"}', "top_k"),
@@ -337,6 +337,20 @@ def test_bad_bodies_are_400_naming_the_field(site, raw, parameter):
     err = error(site, method="POST", body=raw, content_type="application/json")
     assert err.status == 400 and err.body["parameter"] == parameter, err.body
     assert err.body["error"].endswith(".") and err.body["results"] == []
+
+
+def test_errors_name_the_field_the_way_the_caller_sent_it(site):
+    """A v0.55 body's own fields are named as body fields, with a body example; a parameter from the
+    query string keeps its query-string name."""
+    from_body = error(site, method="POST", body=b'{"query": {"text": "a", "site": "x.org"}}', content_type="application/json")
+    assert from_body.body["parameter"] == "query.site" and 'query.site "aadhar.sh"' in from_body.body["error"]
+    from_query = error(site, query={"site": "x.org"}, method="POST", body=b'{"query": {"text": "a"}}',
+                       content_type="application/json")
+    assert from_query.body["parameter"] == "site" and "site=aadhar.sh" in from_query.body["error"]
+    empty = error(site, method="POST", body=b'{"query": {}}', content_type="application/json")
+    assert '{"query": {"text": ' in empty.body["error"] and "/ask?query=" not in empty.body["error"]
+    unserved = error(site, method="POST", body=b'{"query": {"text": "a"}, "prefer": {"mode": "generate"}}')
+    assert unserved.status == 501 and unserved.body["parameter"] == "prefer.mode"
 
 
 def test_summarize_in_the_body_is_501(site):
