@@ -1,5 +1,6 @@
 """Loopback servers speaking the outside protocols the feeds read: the Spotify Web API (token
-endpoint + playlist with paginated items), an ICS calendar feed, and firm homepages with robots.txt.
+endpoint, playlist with paginated items, several artists by id), an ICS calendar feed, and firm
+homepages with robots.txt.
 
 Each server runs a real ThreadingHTTPServer on 127.0.0.1 in a thread; `fault` switches it into a
 failure mode (500, slow, malformed, huge, unexpected schema) so tests can inject each fault.
@@ -127,11 +128,23 @@ def spotify_track(n: int, explicit: bool = False) -> dict:
     }
 
 
+def spotify_artist(simplified: dict) -> dict:
+    """The full artist object of Get Several Artists for a track's simplified artist; the guest has no picture."""
+    artist_id = simplified["id"]
+    images = [] if artist_id == "feat" else [
+        {"url": f"https://i.scdn.co/image/ab6761610000e5eb{artist_id[:2]}{size}", "height": size, "width": size}
+        for size in (640, 320, 160)]
+    return {**simplified, "followers": {"href": None, "total": 48213}, "genres": ["indie pop"],
+            "href": f"https://api.spotify.com/v1/artists/{artist_id}", "images": images, "popularity": 58}
+
+
 class SpotifyServer(LoopbackServer):
-    """Accounts token endpoint at /api/token and the Web API under /v1 (playlist, paginated items)."""
+    """Accounts token endpoint at /api/token and the Web API under /v1 (playlist, paginated items,
+    several artists). `artists_fault` ("500" or "malformed") breaks only the artists endpoint."""
 
     CLIENT = ("test-client", "test-secret")
     PAGE = 2
+    MAX_ARTIST_IDS = 50
 
     def __init__(self, playlist_id: str = "37i9dQZF1DXcBWIGoYBM5M", track_count: int = 5):
         self.playlist_id = playlist_id
@@ -139,6 +152,7 @@ class SpotifyServer(LoopbackServer):
         self.items.insert(2, {"added_at": "2026-10-01T00:00:00Z", "is_local": False, "track": None})  # removed track
         self.valid_tokens: set[str] = set()
         self.tokens_issued = 0
+        self.artists_fault: str | None = None
         super().__init__()
 
     @property
@@ -155,6 +169,17 @@ class SpotifyServer(LoopbackServer):
         return {"href": f"{base}?offset={offset}&limit={self.PAGE}", "items": chunk, "limit": self.PAGE,
                 "next": f"{base}?offset={nxt}&limit={self.PAGE}" if nxt < len(self.items) else None,
                 "offset": offset, "previous": None, "total": len(self.items)}
+
+    def artists(self, handler, ids: list[str]):
+        """GET /v1/artists?ids=a,b: full artist objects in the order asked, null for unknown ids."""
+        if self.artists_fault == "500":
+            return self.send(handler, 500, '{"error":{"status":500,"message":"Server error"}}')
+        if self.artists_fault == "malformed":
+            return self.send(handler, 200, '{"artists": [{"id": "half')
+        if not ids or len(ids) > self.MAX_ARTIST_IDS:
+            return self.send(handler, 400, '{"error":{"status":400,"message":"Too many ids requested"}}')
+        known = {a["id"]: a for item in self.items if item["track"] for a in item["track"]["artists"]}
+        self.send(handler, 200, json.dumps({"artists": [spotify_artist(known[i]) if i in known else None for i in ids]}))
 
     def respond(self, handler):
         parts = urlsplit(handler.path)
@@ -190,6 +215,8 @@ class SpotifyServer(LoopbackServer):
                 "snapshot_id": "AAAAB3", "tracks": self.page(0)}))
         if parts.path == prefix + "/tracks":
             return self.send(handler, 200, json.dumps(self.page(int(query.get("offset", ["0"])[0]))))
+        if parts.path == "/v1/artists":
+            return self.artists(handler, [i for i in query.get("ids", [""])[0].split(",") if i])
         self.send(handler, 404, '{"error":{"status":404,"message":"Resource not found"}}')
 
 

@@ -1,13 +1,18 @@
 """The neighborhood crawl against loopback firm homepages with robots.txt rules, and its readers."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
-
 from urllib.parse import urlsplit
 
 import pytest
 
+import jobs
+from app import make_app
+from conftest import Client
+from servers import serve_wsgi
 from siteapi import db
 from siteapi.botauth import signer_for
 from siteapi.feeds import FeedError
@@ -136,6 +141,54 @@ def test_slow_and_down_firms_are_recorded_not_fatal(tmp_path, firms):
     assert rows["Gamma"]["skipped"] == "robots_unavailable"  # unreachable robots.txt: skipped this run
     assert rows["Beta"]["skipped"] == "robots"
     assert report(reader(settings))["results"][0]["name"] == "Epsilon"  # the only live row comes first
+
+
+def test_a_crawl_that_reaches_no_firm_fails_and_keeps_the_last_snapshot(tmp_path, firms, checker, monkeypatch):
+    settings = settings_for(tmp_path, firms)
+    crawl = functools.partial(run_around, fetcher=loopback_fetcher(settings))
+    monkeypatch.setitem(jobs.JOBS, "around", dataclasses.replace(jobs.JOBS["around"], run=crawl))
+    assert jobs.run_job(settings, "around")[0]
+    firms["Alpha"].title = "Alpha Ventures — Fund IV"
+    assert jobs.run_job(settings, "around")[0]
+
+    def radar(api):
+        body = api.get("/around/changes.json").json()
+        return body["latestObservedAt"], [{k: v for k, v in c.items() if k != "ageMs"} for c in body["changes"]]
+
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        api = Client(base, checker)
+        snapshot, changes_before = api.get("/around/json").json(), radar(api)
+        assert snapshot["count"] == 5 and [c["name"] for c in changes_before[1]] == ["Alpha"]
+        for server in firms.values():
+            server.close()
+        ok, error = jobs.run_job(settings, "around")
+        assert not ok and "reached none of the 5 firms" in error
+        assert api.get("/around/json").json() == snapshot
+        assert radar(api) == changes_before
+    runs = reader(settings).execute("SELECT ok, error FROM job_runs WHERE name = 'around' ORDER BY id").fetchall()
+    assert [r["ok"] for r in runs] == [1, 1, 0] and runs[2]["error"].startswith("FeedError: The crawl reached none")
+
+
+@pytest.mark.parametrize("survivor", ["Alpha", "Beta"])
+def test_one_firm_reached_is_enough(tmp_path, firms, survivor):
+    """Beta's robots.txt disallows us: that too is an answer from the firm."""
+    settings = settings_for(tmp_path, firms)
+    for server in (s for name, s in firms.items() if name != survivor):
+        server.close()
+    assert run_around(settings, fetcher=loopback_fetcher(settings)).startswith("crawled 5 firms")
+    assert report(reader(settings))["count"] == 5
+
+
+def test_robots_txt_unavailable_everywhere_reaches_no_firm(tmp_path, firms):
+    settings = settings_for(tmp_path, firms)
+    for server in (s for name, s in firms.items() if name != "Delta"):  # Delta's robots.txt answers 503
+        server.close()
+    db.writer(settings.db_path).close()
+    with pytest.raises(FeedError, match="reached none of the 5 firms"):
+        run_around(settings, fetcher=loopback_fetcher(settings))
+    with pytest.raises(ApiError) as caught:
+        report(reader(settings))
+    assert caught.value.body["pending"] is True  # nothing was stored
 
 
 def test_history_older_than_90_days_is_pruned(tmp_path, firms):

@@ -1,10 +1,15 @@
-"""/rn/tracks: the Spotify playlist job against a loopback Web API, and the reader's §4.8 errors."""
+"""/rn/tracks: the Spotify playlist job (tracks and artist pictures) against a loopback Web API, and the
+reader's §4.8 errors."""
 from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from app import make_app
+from conftest import Client
+from servers import serve_wsgi
 from siteapi import db
-
 from siteapi.feeds import FeedError
 from siteapi.feeds.tracks import now_playing, run_tracks
 from siteapi.web import ApiError
@@ -46,8 +51,13 @@ def test_reads_every_page_and_serves_the_tracks(tmp_path, spotify):
     assert first["spotify_url"] == f"https://open.spotify.com/track/{first['id']}"
     assert first["duration_ms"] == 180000 and first["preview_url"] == "https://p.scdn.co/mp3-preview/0"
     assert first["image_url"].endswith("ab67616d0000b2730000")  # the 640 px cover
-    assert first["artists"][0] == {"id": first["artists"][0]["id"], "name": "Artist 0",
-                                   "spotify_url": f"https://open.spotify.com/artist/{first['artists'][0]['id']}"}
+    artist_id = first["artists"][0]["id"]
+    assert first["artists"][0] == {"id": artist_id, "name": "Artist 0",
+                                   "spotify_url": f"https://open.spotify.com/artist/{artist_id}",
+                                   "image_url": "https://i.scdn.co/image/ab6761610000e5eb00640"}  # the largest picture
+    assert first["artists"][1]["name"] == "Guest" and first["artists"][1]["image_url"] is None  # has no picture
+    looked_up = [p for _, p, _ in spotify.requests if p.startswith("/v1/artists?")]
+    assert len(looked_up) == 1  # the 6 distinct artists of 5 tracks in one call
     assert body["tracks"][1]["is_explicit"] is True and first["is_explicit"] is False
     assert body["tracks"][1]["preview_url"] is None
     assert [t["title"] for t in body["tracks"]] == [f"Song {n}" for n in range(5)]  # the removed item is skipped
@@ -102,6 +112,48 @@ def test_service_down_keeps_the_copy_and_empty_store_answers_502(tmp_path, spoti
     db.writer(other.db_path).close()  # storage exists, but the playlist was never read
     err = error_of(other)
     assert err.status == 502 and err.body["code"] == "upstream_failed"
+
+
+def test_artist_pictures_take_one_call_per_50_artists(tmp_path, spotify):
+    server = SpotifyServer(track_count=120)  # 121 distinct artists: 3 calls
+    try:
+        settings = settings_for(tmp_path, server, spotify_timeout=2.0)
+        assert "121 artists looked up" in run_tracks(settings)
+        calls = [parse_qs(urlsplit(p).query)["ids"][0].split(",") for _, p, _ in server.requests
+                 if p.startswith("/v1/artists?")]
+        assert [len(ids) for ids in calls] == [50, 50, 21]
+        artists = [a for t in now_playing(settings)["tracks"] for a in t["artists"] if a["name"] != "Guest"]
+        assert len(artists) == 120 and all(a["image_url"] for a in artists)
+    finally:
+        server.close()
+
+
+def test_artist_pictures_over_http(tmp_path, spotify, checker):
+    settings = settings_for(tmp_path, spotify)
+    run_tracks(settings)
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        r = Client(base, checker).get("/rn/tracks")  # validated against /openapi.json
+    assert r.status_code == 200
+    assert [a["image_url"] for a in r.json()["tracks"][0]["artists"]] == [
+        "https://i.scdn.co/image/ab6761610000e5eb00640", None]
+
+
+@pytest.mark.parametrize("fault", ["500", "malformed"])
+def test_a_failed_artists_call_keeps_the_refresh_and_the_last_pictures(tmp_path, spotify, fault):
+    settings = settings_for(tmp_path, spotify)
+    spotify.artists_fault = fault
+    assert "5 tracks, 0 artists looked up" in run_tracks(settings)  # never looked up: no picture yet
+    assert all(a["image_url"] is None for t in now_playing(settings)["tracks"] for a in t["artists"])
+    spotify.artists_fault = None
+    run_tracks(settings)
+    pictures = {a["id"]: a["image_url"] for t in now_playing(settings)["tracks"] for a in t["artists"]}
+    assert pictures["feat"] is None and sum(1 for url in pictures.values() if url) == 5
+    spotify.artists_fault = fault
+    spotify.items[0]["track"]["name"] = "Song 0 (Remastered)"
+    run_tracks(settings)
+    body = now_playing(settings)
+    assert body["tracks"][0]["title"] == "Song 0 (Remastered)"  # the tracks still updated
+    assert {a["id"]: a["image_url"] for t in body["tracks"] for a in t["artists"]} == pictures
 
 
 def test_long_playlists_stop_at_max_tracks(tmp_path, spotify):

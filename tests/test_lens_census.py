@@ -24,18 +24,56 @@ def test_census_runs_store_rows_and_read_back(sites, dns_server, tmp_path):
     settings = settings_for(tmp_path, roster)
     line = census.run_census(settings, fetcher=site_fetcher(sites), dns=dns_server.client())
     assert line == "census: 2 of 3 sites scanned; failed: nowhere.test"
-    census.run_census(settings, fetcher=site_fetcher(sites), dns=dns_server.client())
     conn = db.connect(settings.db_path, readonly=True)
-    assert conn.execute("SELECT COUNT(*) FROM lens_census").fetchone()[0] == 6
+    assert conn.execute("SELECT COUNT(*) FROM lens_census").fetchone()[0] == 3
     body = census.census(conn, settings)
-    assert body["ok"] and body["snapshots"] == 2 and body["roster"] == ["ready.test", "blog", "nowhere.test"]
+    assert body["ok"] and body["snapshots"] == 1 and body["roster"] == ["ready.test", "blog", "nowhere.test"]
     sites = {s["host"]: s for s in body["sites"]}
     ready = sites["ready.test"]
     assert body["sites"][0]["host"] == "ready.test"  # highest score first
-    assert ready["level"] == 5 and ready["tier"] == "signaled" and ready["doors"] == 6 and ready["delta"] == 0
-    assert ready["surfaces"]["mcp"] is True and len(ready["series"]) == 2
+    assert ready["level"] == 5 and ready["tier"] == "signaled" and ready["doors"] == 6 and ready["delta"] is None
+    assert ready["surfaces"]["mcp"] is True and len(ready["series"]) == 1
     assert sites["blog"]["level"] == 1 and sites["blog"]["series"][0]["tier"] == "open"
     assert sites["nowhere.test"]["score"] is None and sites["nowhere.test"]["error"]
+
+
+def backdate(settings, ymd: str, score_change: int = 0) -> None:
+    """Move every stored row to an earlier day, as if that run had happened then."""
+    conn = db.writer(settings.db_path)
+    with db.transaction(conn):
+        conn.execute("UPDATE lens_census SET ymd = ?, ts = ? || 'T08:17:00Z', score = score + ?",
+                     (ymd, ymd, score_change))
+    conn.close()
+
+
+def test_one_row_per_site_and_day(sites, dns_server, tmp_path):
+    """A later run the same day replaces that day's rows; a site failing then keeps the day's good values."""
+    roster = [sites.url("ready.test"), {"host": "blog", "url": sites.url("blog.test")}, sites.url("nowhere.test")]
+    settings = settings_for(tmp_path, roster)
+    census.run_census(settings, fetcher=site_fetcher(sites), dns=dns_server.client())
+    backdate(settings, "2026-01-05", score_change=-7)
+    for _ in range(2):
+        census.run_census(settings, fetcher=site_fetcher(sites), dns=dns_server.client())
+    down = settings_for(tmp_path, [sites.url("ready.test"), {"host": "blog", "url": sites.url("nowhere.test")}])
+    assert census.run_census(down, fetcher=site_fetcher(sites), dns=dns_server.client()).endswith("failed: blog")
+    conn = db.connect(settings.db_path, readonly=True)
+    days = conn.execute("SELECT host, COUNT(*) AS n FROM lens_census GROUP BY host, ymd").fetchall()
+    assert len(days) == 6 and {d["n"] for d in days} == {1}
+    body = census.census(conn, settings)
+    assert body["snapshots"] == 2 and body["firstYmd"] == "2026-01-05" and body["lastYmd"] > "2026-01-05"
+    found = {s["host"]: s for s in body["sites"]}
+    ready, blog = found["ready.test"], found["blog"]
+    assert [p["ymd"] for p in ready["series"]] == [body["firstYmd"], body["lastYmd"]]
+    assert ready["delta"] == 7 and ready["series"][1]["score"] - ready["series"][0]["score"] == 7
+    assert "error" not in ready
+    assert blog["lastYmd"] == body["lastYmd"] and blog["level"] == 1 and blog["score"] is not None
+    assert len(blog["series"]) == 2 and blog["delta"] == 7 and blog["error"]  # good values kept, failure noted
+    assert found["nowhere.test"]["series"] == [] and found["nowhere.test"]["error"]
+
+
+def test_site_toml_roster_keys_match_the_default():
+    assert census.roster(load_settings()) != list(census.DEFAULT_ROSTER)  # site.toml lists www. URLs
+    assert [host for host, _ in census.roster(load_settings())] == [host for host, _ in census.DEFAULT_ROSTER]
 
 
 def test_a_run_where_everything_fails_writes_nothing(sites, tmp_path):

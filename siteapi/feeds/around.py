@@ -5,7 +5,9 @@ allows everything, a 5xx or unreachable one skips the firm this run. Allowed hom
 fetched 4 at a time with a 4 s limit and a 200 KB body cap, through a `fetch` callable so the
 lens's SSRF-safe fetcher can be plugged in. Per firm and crawl the store keeps head fields and a
 SHA-256 of the bounded body, never the body itself. Change records between consecutive crawls of
-a firm are computed when a crawl is stored; crawls and changes older than 90 days are pruned.
+a firm are computed when a crawl is stored; crawls and changes older than 90 days are pruned. A
+crawl that reached no firm (each one failed or had no readable robots.txt) is an outage on our
+side: it fails and stores nothing, so the last snapshot stays and the radar stays quiet.
 """
 from __future__ import annotations
 
@@ -241,7 +243,8 @@ def diff(before, after) -> tuple[str, list[dict]] | None:
 
 
 def run_around(settings, fetcher: Fetcher | None = None) -> str:
-    """Job (daily): crawl the roster, store the snapshot and its changes, prune old history."""
+    """Job (daily): crawl the roster, store the snapshot and its changes, prune old history.
+    Raises FeedError, storing nothing, when no firm could be reached."""
     firms = roster(settings)
     fetcher = fetcher or fetcher_from_settings(settings)
     fetch = safe_fetch(fetcher)
@@ -249,6 +252,10 @@ def run_around(settings, fetcher: Fetcher | None = None) -> str:
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
         rows = list(pool.map(lambda firm: crawl_firm(fetch, firm), firms))
+    # A robots.txt that disallows us, or any homepage answer, means the firm was reached.
+    if rows and all(row["error"] or row["skipped"] == "robots_unavailable" for row in rows):
+        raise FeedError(f"The crawl reached none of the {len(rows)} firms (robots.txt unavailable or the homepage"
+                        " failed for each); the last snapshot stays.")
     crawled_at = db.now_iso()
     cutoff = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=KEEP_DAYS)).strftime("%Y-%m-%dT%H:%M:%SZ")
     conn = db.writer(settings.db_path)

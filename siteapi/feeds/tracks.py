@@ -1,8 +1,10 @@
 """Now playing: the owner's playlist read from the Spotify Web API into site.db, served as /rn/tracks.
 
 The job takes a client-credentials token (`SITE_SPOTIFY_CLIENT_ID` / `_SECRET`), reads the
-playlist object and follows its item pages (`next`), and replaces the stored copy in one
-transaction. A 401 means the cached token expired: it is refreshed once and the call retried.
+playlist object and follows its item pages (`next`), looks up the artists' pictures (playlist items
+carry artists without images; Get Several Artists takes 50 ids a call), and replaces the stored copy
+in one transaction. A 401 means the cached token expired: it is refreshed once and the call retried.
+A failed artists call does not fail the refresh: its artists keep their last stored picture (or none).
 The reader serves the stored copy and the exact error cases of API.md §4.8; every error body
 keeps `tracks: []`.
 """
@@ -12,6 +14,7 @@ import json
 import sqlite3
 import threading
 import time
+from urllib.parse import urlencode
 
 import requests
 
@@ -33,7 +36,7 @@ CREATE TABLE IF NOT EXISTS tracks (
     id TEXT NOT NULL,
     title TEXT NOT NULL,
     artists_text TEXT NOT NULL,
-    artists TEXT NOT NULL,          -- JSON array of {id, name, spotify_url}
+    artists TEXT NOT NULL,          -- JSON array of {id, name, spotify_url, image_url}
     album TEXT,
     spotify_url TEXT,
     song_link_url TEXT NOT NULL,
@@ -47,6 +50,8 @@ CREATE TABLE IF NOT EXISTS tracks (
 """
 
 MAX_RESPONSE_BYTES = 5_000_000
+ARTISTS_PER_CALL = 50  # the API's limit for Get Several Artists
+MAX_ARTIST_CALLS = 20  # 1,000 artists a run; any past that keep their stored picture
 _token_lock = threading.Lock()
 _token_cache: dict[tuple[str, str], tuple[str, float]] = {}
 
@@ -137,7 +142,7 @@ def _track_row(entry, position: int) -> dict | None:
         "id": track_id,
         "title": title,
         "artists_text": ", ".join(a["name"] for a in artists),
-        "artists": json.dumps(artists),
+        "artists": artists,
         "album": album.get("name"),
         "spotify_url": (track.get("external_urls") or {}).get("spotify") or f"https://open.spotify.com/track/{track_id}",
         "song_link_url": f"https://song.link/s/{track_id}",
@@ -149,8 +154,28 @@ def _track_row(entry, position: int) -> dict | None:
     }
 
 
-def fetch_playlist(settings) -> tuple[dict, list[dict]]:
-    """Read the playlist and all its items from the API; (playlist row, track rows). Raises FeedError."""
+def _artist_images(session, cfg: dict, creds: tuple[str, str], ids: list[str]) -> dict[str, str | None]:
+    """Picture URL (largest) or None by artist id, for the ids Spotify answered. A failed call ends
+    the lookup (the next would most likely fail too), leaving its ids and the later ones out."""
+    images: dict[str, str | None] = {}
+    for start in range(0, min(len(ids), ARTISTS_PER_CALL * MAX_ARTIST_CALLS), ARTISTS_PER_CALL):
+        batch = ids[start: start + ARTISTS_PER_CALL]
+        try:
+            data = _api(session, cfg, creds, f"{cfg['api_base']}/artists?{urlencode({'ids': ','.join(batch)})}",
+                        "Spotify's artists")
+        except FeedError:
+            break
+        found = data.get("artists") if isinstance(data, dict) else None
+        for artist in found if isinstance(found, list) else []:
+            if isinstance(artist, dict) and artist.get("id") in batch:
+                urls = [i["url"] for i in artist.get("images") or [] if isinstance(i, dict) and isinstance(i.get("url"), str)]
+                images[artist["id"]] = urls[0] if urls else None
+    return images
+
+
+def fetch_playlist(settings) -> tuple[dict, list[dict], dict[str, str | None]]:
+    """Read the playlist, all its items and its artists' pictures from the API; (playlist row, track
+    rows, picture by artist id for the artists looked up). Raises FeedError when the playlist fails."""
     cfg = _config(settings)
     client_id, secret = settings.secret("SPOTIFY_CLIENT_ID"), settings.secret("SPOTIFY_CLIENT_SECRET")
     if not client_id or not secret:
@@ -174,7 +199,9 @@ def fetch_playlist(settings) -> tuple[dict, list[dict]]:
             if not isinstance(next_url, str) or not next_url.startswith(cfg["api_base"] + "/"):
                 raise FeedError("The Spotify playlist pointed its next page outside the API.")
             page = _paging(_api(session, cfg, creds, next_url, "A Spotify playlist page"), "A Spotify playlist page")
-    rows = rows[: cfg["max_tracks"]]
+        rows = rows[: cfg["max_tracks"]]
+        ids = list(dict.fromkeys(a["id"] for row in rows for a in row["artists"] if isinstance(a["id"], str) and a["id"]))
+        images = _artist_images(session, cfg, creds, ids)
     head = {
         "playlist_id": cfg["playlist_id"],
         "playlist_name": playlist["name"],
@@ -182,17 +209,25 @@ def fetch_playlist(settings) -> tuple[dict, list[dict]]:
         "track_count": len(rows),
         "fetched_at": db.now_iso(),
     }
-    return head, rows
+    return head, rows, images
+
+
+def _stored_images(conn: sqlite3.Connection, playlist_id: str) -> dict[str, str | None]:
+    stored = conn.execute("SELECT artists FROM tracks WHERE playlist_id = ?", (playlist_id,)).fetchall()
+    return {a["id"]: a.get("image_url") for row in stored for a in json.loads(row["artists"]) if a.get("id")}
 
 
 def run_tracks(settings) -> str:
     """Job (hourly): refresh the stored playlist. Raises when it cannot; the old copy stays."""
     if not option(settings, "playlist_id", "").strip():
         return "no playlist set ([feeds] playlist_id); nothing to read"
-    head, rows = fetch_playlist(settings)
+    head, rows, images = fetch_playlist(settings)
     conn = db.writer(settings.db_path)
     try:
         with db.transaction(conn):
+            known = {**_stored_images(conn, head["playlist_id"]), **images}  # unanswered: the stored picture
+            for row in rows:
+                row["artists"] = json.dumps([{**a, "image_url": known.get(a["id"])} for a in row["artists"]])
             conn.execute("DELETE FROM tracks WHERE playlist_id = ?", (head["playlist_id"],))
             conn.executemany(
                 "INSERT INTO tracks (playlist_id, position, id, title, artists_text, artists, album, spotify_url,"
@@ -206,7 +241,7 @@ def run_tracks(settings) -> str:
                 " :track_count, :fetched_at)", head)
     finally:
         conn.close()
-    return f"playlist {head['playlist_name']!r}: {len(rows)} tracks"
+    return f"playlist {head['playlist_name']!r}: {len(rows)} tracks, {len(images)} artists looked up"
 
 
 def _error(status: int, sentence: str, code: str) -> ApiError:

@@ -1,9 +1,11 @@
-"""The weekly census: the lens run over a roster of 16 sites, one row per site per run, and its reader.
+"""The weekly census: the lens run over a roster of 16 sites, one row per site per day, and its reader.
 
 `run_census` scans each roster site (no bot views) four at a time, outside any transaction, then
-writes every row of the run in one transaction; a run where every site failed raises and writes
-nothing. `census(conn)` answers `/lens/census.json`: each site's latest score, tier, level, doors
-and surfaces, the change since its previous run (`delta`) and its whole series.
+writes the run in one transaction; a run where every site failed raises and writes nothing. A later
+run on the same day replaces that day's rows, except that a site which fails after a good scan that
+day keeps the good values and only gains the error. `census(conn)` answers `/lens/census.json`: each
+site's latest good score, tier, level, doors and surfaces, the change since its previous census day
+(`delta`), its series of one point per day, and the `error` of its latest scan if that failed.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ CREATE TABLE IF NOT EXISTS lens_census (
     verdict TEXT,
     surfaces TEXT,
     error TEXT,
-    UNIQUE (run_id, host)
+    UNIQUE (host, ymd)
 );
 CREATE INDEX IF NOT EXISTS lens_census_host ON lens_census(host, ts);
 """
@@ -84,7 +86,7 @@ def _row(run_id: str, ts: str, host: str, url: str, settings, fetcher, dns) -> d
 
 
 def run_census(settings, fetcher: Fetcher | None = None, dns: DnsClient | None = None) -> str:
-    """The census job: scan the roster, store one row per site for this run."""
+    """The census job: scan the roster, store one row per site for today."""
     sites = roster(settings)
     ts = db.now_iso()
     run_id = ts + f"-{time.monotonic_ns() % 1_000_000:06d}"
@@ -98,9 +100,17 @@ def run_census(settings, fetcher: Fetcher | None = None, dns: DnsClient | None =
         conn.isolation_level = None
         conn.executescript(SCHEMA)
         with db.transaction(conn):
-            conn.executemany(
-                "INSERT INTO lens_census(run_id, ts, ymd, host, url, tier, score, level, doors, verdict, surfaces, error) "
-                "VALUES (:run_id, :ts, :ymd, :host, :url, :tier, :score, :level, :doors, :verdict, :surfaces, :error)", rows)
+            for row in rows:
+                if row["error"] and conn.execute(
+                        "UPDATE lens_census SET error = :error WHERE host = :host AND ymd = :ymd AND surfaces IS NOT NULL",
+                        row).rowcount:
+                    continue
+                # Not an upsert: a site.db made before the one-row-per-day rule lacks its UNIQUE constraint.
+                conn.execute("DELETE FROM lens_census WHERE host = :host AND ymd = :ymd", row)
+                conn.execute(
+                    "INSERT INTO lens_census(run_id, ts, ymd, host, url, tier, score, level, doors, verdict, surfaces, error) "
+                    "VALUES (:run_id, :ts, :ymd, :host, :url, :tier, :score, :level, :doors, :verdict, :surfaces, :error)",
+                    row)
     finally:
         conn.close()
     return f"census: {len(rows) - len(failed)} of {len(rows)} sites scanned" + (
@@ -110,7 +120,7 @@ def run_census(settings, fetcher: Fetcher | None = None, dns: DnsClient | None =
 def census(conn: sqlite3.Connection, settings=None) -> dict:
     """The Census body. Raises ApiError 503 when the census storage cannot be read."""
     try:
-        rows = conn.execute("SELECT run_id, ts, ymd, host, url, tier, score, level, doors, verdict, surfaces, error "
+        rows = conn.execute("SELECT ts, ymd, host, url, tier, score, level, doors, verdict, surfaces, error "
                             "FROM lens_census ORDER BY ts, id").fetchall()
     except sqlite3.Error:
         raise ApiError(503, "The census storage cannot be read right now; try again later.",
@@ -120,7 +130,7 @@ def census(conn: sqlite3.Connection, settings=None) -> dict:
         by_host.setdefault(row["host"], []).append(row)
     sites = []
     for host, history in by_host.items():
-        good = [r for r in history if r["error"] is None]
+        good = [r for r in history if r["surfaces"] is not None]  # scanned, even if a later scan that day failed
         latest = history[-1]
         shown = good[-1] if good else latest
         delta = (good[-1]["score"] - good[-2]["score"]) if len(good) >= 2 and None not in (good[-1]["score"], good[-2]["score"]) else None
@@ -133,5 +143,5 @@ def census(conn: sqlite3.Connection, settings=None) -> dict:
         sites.append(site)
     sites.sort(key=lambda s: (s["score"] is None, -(s["score"] or 0), s["host"]))
     ymds = sorted({r["ymd"] for r in rows})
-    return {"ok": True, "roster": [host for host, _ in roster(settings)], "snapshots": len({r["run_id"] for r in rows}),
+    return {"ok": True, "roster": [host for host, _ in roster(settings)], "snapshots": len(ymds),
             "firstYmd": ymds[0] if ymds else None, "lastYmd": ymds[-1] if ymds else None, "sites": sites}
