@@ -5,7 +5,12 @@ for every path), blocked.test (robots.txt blocks AI crawlers and AI user agents 
 paid.test (402 pay-per-crawl + x402), robots503.test, signals.test (Content-Signal + TDMRep),
 hang.test (every probe hangs), bigrobots.test (5 MB robots.txt), binrobots.test, bomb.test (a
 sitemap bomb), malformed.test (broken cards and OpenAPI), deep.test (every JSON answer nested 20,000
-deep, its home page a 402). `latency` adds a delay to every answer.
+deep, its home page a 402), notes.test (a robots.txt of comments and Host: only), htmlrobots.test and
+octetrobots.test (rules served as text/html and application/octet-stream), bom.test (a robots.txt
+behind a UTF-8 BOM), tdmtypes.test (TDMRep fields of the wrong JSON types), mdalways.test (Markdown
+to every request, no Vary), novary.test (negotiates Markdown with only Vary: Accept-Encoding),
+sitemaps.test (robots.txt declares a sitemap other than a valid /sitemap.xml). `latency` adds a
+delay to every answer.
 A small UDP DNS server (dnspython messages) answers the DNS-AID and HTTPS/ECH lookups.
 `site_fetcher()` reaches the web through the fetcher's seams.
 """
@@ -30,7 +35,9 @@ from siteapi.lens.fetch import AddressPolicy, Fetcher
 from servers import start_thread, stop_thread, write_response
 
 SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
-         "hang.test", "bigrobots.test", "binrobots.test", "bomb.test", "malformed.test", "deep.test")
+         "hang.test", "bigrobots.test", "binrobots.test", "bomb.test", "malformed.test", "deep.test", "notes.test",
+         "htmlrobots.test", "octetrobots.test", "bom.test", "tdmtypes.test", "mdalways.test", "novary.test",
+         "sitemaps.test")
 WORDS = " ".join(["Plain words for machine readers about sourdough, photographs and the open web."] * 8)
 
 READY_HOME = f"""<!doctype html><html><head><meta charset="utf-8"><title>Ready site</title>
@@ -218,6 +225,48 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/mcp", "/ask") or path.endswith(".json") or path.startswith("/.well-known/"):
             return self.send(200, deep, "application/json")
         self.not_found()
+
+    def robots_site(self, path, robots: bytes | str, content_type: str):
+        if path == "/robots.txt":
+            return self.send(200, robots, content_type)
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.not_found()
+
+    def site_notes(self, path):
+        self.robots_site(path, "# robots for notes.test\n# (no rules yet)\nHost: notes.test\n", "text/plain")
+
+    def site_htmlrobots(self, path):
+        self.robots_site(path, "User-agent: GPTBot\nDisallow: /\n", "text/html")
+
+    def site_octetrobots(self, path):
+        self.robots_site(path, "User-agent: GPTBot\nDisallow: /\n", "application/octet-stream")
+
+    def site_bom(self, path):
+        self.robots_site(path, "\ufeffUser-agent: GPTBot\nDisallow: /\n", "text/plain; charset=utf-8")
+
+    def site_tdmtypes(self, path):
+        if path == "/.well-known/tdmrep.json":
+            return self.send(200, json.dumps([{"tdm-reservation": {"x": 1}, "location": 5, "tdm-policy": [1]}]),
+                             "application/json")
+        self.robots_site(path, "User-agent: *\nAllow: /\n", "text/plain")
+
+    def site_mdalways(self, path):
+        if path == "/":
+            return self.send(200, f"# Always Markdown\n\n{WORDS}\n", "text/markdown; charset=utf-8")
+        self.not_found()
+
+    def site_novary(self, path):
+        if path == "/" and "text/markdown" in self.headers.get("Accept", ""):
+            return self.send(200, f"# No Vary\n\n{WORDS}\n", "text/markdown; charset=utf-8", {"Vary": "Accept-Encoding"})
+        if path == "/":
+            return self.send(200, BLOG_HOME, headers={"Vary": "Accept-Encoding"})
+        self.not_found()
+
+    def site_sitemaps(self, path):
+        if path == "/sitemap.xml":
+            return self.send(200, SITEMAP, "application/xml")
+        self.robots_site(path, "User-agent: *\nAllow: /\nSitemap: /sitemap-news.xml\n", "text/plain")
 
 
 class SiteWeb(ThreadingHTTPServer):

@@ -58,6 +58,14 @@ def test_public_addresses_pass_on_80_and_443_only(address):
     ("https://example.com:8443/", "ports 80 and 443"),
     ("http://example.com:22/", "ports 80 and 443"),
     ("https://example.com:99999/", "port"),
+    ("http://example.com:0/", "ports 80 and 443"),
+    ("example.com:8080/x", "ports 80 and 443"),
+    ("localhost:3000", "ports 80 and 443"),
+    ("mailto:someone@example.com", "not mailto:"),
+    ("javascript:alert(1)", "not javascript:"),
+    ("data:text/html,hello", "not data:"),
+    ("tel:+15551234567", "not tel:"),
+    ("urn:isbn:0451450523", "not urn:"),
     ("http://localhost/", ".localhost"),
     ("http://printer.local/", ".local"),
     ("http://db.internal/", ".internal"),
@@ -95,6 +103,8 @@ def test_url_normalisation():
     assert parse_target("HTTP://Example.COM:80/x?q=1#frag").url == "http://example.com/x?q=1"
     assert parse_target("https://bücher.example/").host == "xn--bcher-kva.example"
     assert parse_target("https://[2606:4700::1]/").url == "https://[2606:4700::1]/"
+    assert parse_target("http:example.com").url == "http://example.com/"  # as WHATWG reads it
+    assert parse_target("https:/example.com/x").url == "https://example.com/x"
 
 
 def _refused_without_network(resolver):

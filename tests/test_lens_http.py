@@ -10,8 +10,9 @@ from app import make_app
 from conftest import Client, build_site, make_settings
 from lens_sites import site_fetcher, start_scanner
 from servers import serve_wsgi, stop_thread
-from siteapi.config import RatePolicy
+from siteapi.config import RatePolicy, load_settings
 from siteapi.lens import census
+from siteapi.lens.fetch import fetcher_from_settings
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,24 @@ def settings(tmp_path_factory, sites, dns_server, scanner):
 def lens_api(settings, sites, checker):
     with serve_wsgi(make_app(settings, fetcher=site_fetcher(sites)).wsgi) as base:
         yield Client(base, checker)
+
+
+@pytest.fixture(scope="module")
+def shop_api(settings, checker):
+    """The app aimed at the hostile loopback web of tests/lens_web.py (shop.test), with the
+    fetcher's own default limits."""
+    web, thread = lens_web.start()
+    try:
+        with serve_wsgi(make_app(settings, fetcher=lens_web.loopback_fetcher(web)).wsgi) as base:
+            yield Client(base, checker), web
+    finally:
+        lens_web.stop(web, thread)
+
+
+def full_scan(api, url, bot_views=False) -> dict:
+    r = api.get("/lens/fetch", params={"url": url, **({} if bot_views else {"botViews": "0"})})
+    assert r.status_code == 200, r.text
+    return r.json()
 
 
 def test_page_phase_over_http(lens_api, sites):
@@ -103,16 +122,10 @@ def test_census_over_http(lens_api, settings, sites, dns_server):
     assert len(body["sites"]) == 2 and body["sites"][0]["score"] >= body["sites"][1]["score"]
 
 
-def test_rich_page_phase_validates(tmp_path, checker):
-    sites, thread = lens_web.start()
-    try:
-        settings = make_settings(tmp_path)
-        build_site(settings)
-        with serve_wsgi(make_app(settings, fetcher=lens_web.loopback_fetcher(sites)).wsgi) as base:
-            r = Client(base, checker).get("/lens/fetch", params={"url": sites.url("/rich"), "phases": "page"})
-        assert r.status_code == 200 and r.json()["structured"]["jsonld"]
-    finally:
-        lens_web.stop(sites, thread)
+def test_rich_page_phase_validates(shop_api):
+    api, web = shop_api
+    r = api.get("/lens/fetch", params={"url": web.url("/rich"), "phases": "page"})
+    assert r.status_code == 200 and r.json()["structured"]["jsonld"]
 
 
 def test_full_scan_without_bot_views(lens_api, sites):
@@ -121,3 +134,139 @@ def test_full_scan_without_bot_views(lens_api, sites):
     body = r.json()
     assert body["phases"]["discovery"] is True and body["phases"]["botViews"] is False
     assert body["botViews"] == [] and body["readiness"]["checks"]
+
+
+# --- URL rules, robots.txt, Markdown negotiation, probes and limits on the real server ---------------
+
+@pytest.mark.parametrize("url, sentence", [
+    ("http://blog.test:0/", "Only ports 80 and 443 can be inspected"),
+    ("https://blog.test:0/x", "Only ports 80 and 443 can be inspected"),
+    ("example.com:8080/x", "Only ports 80 and 443 can be inspected"),
+    ("mailto:someone@example.com", "Only http and https URLs can be inspected, not mailto:."),
+    ("javascript:alert(1)", "Only http and https URLs can be inspected, not javascript:."),
+    ("data:text/html,hello", "Only http and https URLs can be inspected, not data:."),
+    ("tel:+15551234567", "Only http and https URLs can be inspected, not tel:."),
+    ("urn:isbn:0451450523", "Only http and https URLs can be inspected, not urn:."),
+    ("about:blank", "Only http and https URLs can be inspected, not about:."),
+])
+def test_refusals_name_the_real_reason(lens_api, url, sentence):
+    r = lens_api.get("/lens/fetch", params={"url": url, "phases": "page"})
+    assert r.status_code == 400 and r.json()["code"] == "url_refused", r.text
+    assert r.json()["error"].startswith(sentence), r.json()["error"]
+
+
+def test_http_without_slashes_is_read_as_the_web_reads_it(lens_api, sites):
+    """WHATWG URL parsing: http:host and https:/host are http(s)://host."""
+    for url in (sites.url("blog.test").replace("http://", "http:"), sites.url("blog.test").replace("http://", "http:/")):
+        r = lens_api.get("/lens/fetch", params={"url": url, "phases": "page"})
+        assert r.status_code == 200, r.text
+        assert r.json()["url"] == sites.url("blog.test")
+
+
+def test_empty_phases_is_a_400_like_any_other_value(lens_api, sites):
+    for phases in ("", "all"):
+        r = lens_api.get("/lens/fetch", params={"url": sites.url("blog.test"), "phases": phases})
+        assert r.status_code == 400 and r.json()["code"] == "bad_phases" and r.json()["parameter"] == "phases"
+
+
+@pytest.mark.parametrize("site, gptbot, robots_check", [
+    ("notes.test", "allow", "pass"),         # comments and Host: only: no rules, everything allowed
+    ("htmlrobots.test", "block", "fail"),    # the rules count; serving them as text/html is the defect
+    ("octetrobots.test", "block", "fail"),
+])
+def test_any_text_robots_txt_is_read_whatever_its_type(lens_api, sites, site, gptbot, robots_check):
+    obs = full_scan(lens_api, sites.url(site))
+    terms = obs["terms"]
+    assert terms["robotsPresent"] and not terms["robotsUnknown"] and terms["robotsError"] is None
+    rows = {row["ua"]: row for row in terms["scoreboard"]}
+    assert rows["GPTBot"]["verdict"] == gptbot and rows["Googlebot"]["verdict"] == "allow"
+    checks = obs["readiness"]["checks"]
+    assert checks["robotsTxt"]["status"] == robots_check
+    assert checks["robotsTxtAiRules"]["status"] == ("pass" if gptbot == "block" else "fail")
+    assert checks["contentSignals"]["status"] == "fail"
+    if robots_check == "fail":
+        served = obs["discovery"]["robotsTxt"]["contentType"]
+        assert f"served as {served}, not text/plain" in checks["robotsTxt"]["detail"]
+
+
+def test_binary_robots_txt_is_unknown_and_says_binary(lens_api, sites):
+    terms = full_scan(lens_api, sites.url("binrobots.test"))["terms"]
+    assert terms["robotsUnknown"] and "binary" in terms["robotsError"] and "HTML" not in terms["robotsError"]
+
+
+def test_a_bom_does_not_hide_the_first_group(lens_api, sites):
+    obs = full_scan(lens_api, sites.url("bom.test"))
+    gptbot = next(row for row in obs["terms"]["scoreboard"] if row["ua"] == "GPTBot")
+    assert gptbot["verdict"] == "block" and gptbot["matchedUa"] == "GPTBot" and gptbot["rule"] == "Disallow: /"
+    assert obs["readiness"]["checks"]["robotsTxtAiRules"]["status"] == "pass"
+
+
+def test_tdmrep_fields_of_other_types_are_null(lens_api, sites):
+    tdm = full_scan(lens_api, sites.url("tdmtypes.test"))["terms"]["tdmrep"]  # the client validates the schema
+    assert tdm["present"] and tdm["rules"] == 1 and tdm["location"] is None and tdm["policy"] is None
+    kept = full_scan(lens_api, sites.url("signals.test"))["terms"]["tdmrep"]
+    assert kept["location"] == "/" and kept["policy"] == "https://signals.test/policy.json"
+
+
+@pytest.mark.parametrize("site, supported, words", [
+    ("mdalways.test", False, "always Markdown"),
+    ("novary.test", True, "without Vary: Accept"),
+])
+def test_markdown_without_negotiation_or_vary_does_not_pass(lens_api, sites, site, supported, words):
+    obs = full_scan(lens_api, sites.url(site))
+    md = obs["agent"]["mdNegotiation"]
+    assert md["supported"] is supported and words in md["note"]
+    check = obs["readiness"]["checks"]["markdownNegotiation"]
+    assert check["status"] == "fail" and words in check["detail"]
+
+
+def test_negotiating_site_passes_markdown(lens_api, sites):
+    obs = full_scan(lens_api, sites.url("ready.test"))
+    assert obs["agent"]["mdNegotiation"] == {"supported": True, "contentType": "text/markdown; charset=utf-8",
+                                             "status": 200}
+    assert obs["readiness"]["checks"]["markdownNegotiation"]["status"] == "pass"
+
+
+def test_the_scan_counts_an_llms_txt_the_page_does_not_link(lens_api, sites):
+    assert full_scan(lens_api, sites.url("ready.test"))["ai"]["llmsTxtPresent"] is True
+    page = lens_api.get("/lens/fetch", params={"url": sites.url("ready.test"), "phases": "page"}).json()
+    assert page["ai"]["llmsTxtPresent"] is False
+
+
+def test_a_declared_sitemap_that_is_sitemap_xml_is_that_probe(lens_api, sites):
+    d = full_scan(lens_api, sites.url("ready.test"))["discovery"]
+    assert d["sitemapDeclared"] == d["sitemapXml"]
+    assert d["sitemapDeclared"]["status"] == 200 and d["sitemapDeclared"]["entries"] == 2
+
+
+def test_crawler_roles_agree_with_reference_and_the_bot_views(lens_api, sites):
+    obs = full_scan(lens_api, sites.url("ready.test"), bot_views=True)
+    roles = {row["ua"]: row["role"] for row in obs["terms"]["scoreboard"]}
+    assert {roles[ua] for ua in ("OAI-SearchBot", "ChatGPT-User", "Claude-User", "PerplexityBot", "AadharshBot")} == {"answers"}
+    assert roles["Googlebot"] == roles["bingbot"] == "search" and roles["GPTBot"] == "train"
+    for view in obs["botViews"]:
+        if view["role"] != "control":
+            assert roles[view["label"]] == view["role"], view["label"]
+
+
+def test_a_declared_sitemap_not_fetched_says_so(lens_api, sites):
+    d = full_scan(lens_api, sites.url("sitemaps.test"))["discovery"]
+    assert d["sitemapXml"]["ok"]
+    assert d["sitemapDeclared"] == {"ok": False, "url": sites.url("sitemaps.test", "/sitemap-news.xml"),
+                                    "error": "not fetched: /sitemap.xml is already a valid sitemap"}
+
+
+def test_redirects_stop_after_five_hops(shop_api):
+    """Five, not REFERENCE's four: RFC 9309 asks robots.txt readers to follow at least five, and one
+    cap serves every fetch of the lens and the crawls."""
+    api, web = shop_api
+    assert api.get("/lens/fetch", params={"url": web.url("/chain/5"), "phases": "page"}).status_code == 200
+    r = api.get("/lens/fetch", params={"url": web.url("/chain/6"), "phases": "page"})
+    assert r.status_code == 502 and r.json()["error"] == "The site redirected more than 5 times."
+    assert fetcher_from_settings(load_settings()).max_redirects == 5
+
+
+def test_bot_views_read_two_kilobytes(shop_api):
+    api, web = shop_api
+    views = full_scan(api, web.url("/big"), bot_views=True)["botViews"]
+    assert len(views) == 10 and {v["sampleBytes"] for v in views} == {2048}

@@ -54,7 +54,8 @@ def test_states_4xx_allow_5xx_unknown():
     assert terms.robots_state(404, False, None) == ("absent", None)
     assert terms.robots_state(503, False, None)[0] == "unknown"
     assert terms.robots_state(None, True, None)[0] == "unknown"
-    assert terms.robots_state(200, False, None)[0] == "unknown"  # HTML or binary
+    assert terms.robots_state(200, False, None)[0] == "unknown"  # a binary body
+    assert terms.robots_state(200, False, "# comments only\nHost: site.test\n") == ("present", None)
     assert {r["verdict"] for r in terms.scoreboard(None, "absent", URL)} == {"allow"}
     assert {r["verdict"] for r in terms.scoreboard(None, "unknown", URL, "x")} == {"unknown"}
 
@@ -88,3 +89,11 @@ def test_paid_and_directives():
     assert terms.paid(402, {}, b"<html>")["x402"] is None
     assert terms.directives({"directives": {"metaRobots": "noai, noimageai", "xRobotsTag": None}})["noai"] is True
     assert terms.directives({})["noai"] is False
+
+
+def test_tdmrep_keeps_strings_only():
+    probe = {"ok": True, "body": "[]"}
+    odd = terms.tdmrep([{"tdm-reservation": 1, "location": 5, "tdm-policy": [1]}], probe, {}, {})
+    assert odd["location"] is None and odd["policy"] is None and odd["reserved"] is True
+    kept = terms.tdmrep([{"location": "/", "tdm-policy": "https://site.test/p.json"}], probe, {}, {})
+    assert kept["location"] == "/" and kept["policy"] == "https://site.test/p.json"

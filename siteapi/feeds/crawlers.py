@@ -4,6 +4,8 @@ The ledger identifies visits with `match_user_agent`; the lens robots scoreboard
 about each `token`. Order matters: matching is a case-insensitive substring test and the first
 hit wins, so the specific agents (OAI-SearchBot, ChatGPT-User) come before the general ones
 (GPTBot). Entries without `ua_substring` are robots-only control tokens that never send requests.
+Roles: `search` for web search engines, `train` for training crawlers, `answers` for what AI answer
+engines fetch or index to answer with (REFERENCE §2 puts OAI-SearchBot and PerplexityBot there).
 """
 from __future__ import annotations
 
@@ -11,13 +13,13 @@ PRODUCT_USER_AGENT = "AadharshBot/1.0 (+https://aadhar.sh/bot)"
 
 CRAWLERS: tuple[dict, ...] = (
     {"key": "oai-searchbot", "token": "OAI-SearchBot", "ua_substring": "oai-searchbot", "owner": "OpenAI",
-     "kind": "AI search indexer", "role": "search", "label": "OpenAI SearchBot"},
+     "kind": "AI search indexer", "role": "answers", "label": "OpenAI SearchBot"},
     {"key": "chatgpt-user", "token": "ChatGPT-User", "ua_substring": "chatgpt-user", "owner": "OpenAI",
      "kind": "AI assistant fetch", "role": "answers", "label": "ChatGPT user fetch"},
     {"key": "gptbot", "token": "GPTBot", "ua_substring": "gptbot", "owner": "OpenAI",
      "kind": "AI training crawler", "role": "train", "label": "GPTBot"},
     {"key": "claude-searchbot", "token": "Claude-SearchBot", "ua_substring": "claude-searchbot", "owner": "Anthropic",
-     "kind": "AI search indexer", "role": "search", "label": "Claude SearchBot"},
+     "kind": "AI search indexer", "role": "answers", "label": "Claude SearchBot"},
     {"key": "claude-user", "token": "Claude-User", "ua_substring": "claude-user", "owner": "Anthropic",
      "kind": "AI assistant fetch", "role": "answers", "label": "Claude user fetch"},
     {"key": "claudebot", "token": "ClaudeBot", "ua_substring": "claudebot", "owner": "Anthropic",
@@ -25,7 +27,7 @@ CRAWLERS: tuple[dict, ...] = (
     {"key": "perplexity-user", "token": "Perplexity-User", "ua_substring": "perplexity-user", "owner": "Perplexity",
      "kind": "AI assistant fetch", "role": "answers", "label": "Perplexity user fetch"},
     {"key": "perplexitybot", "token": "PerplexityBot", "ua_substring": "perplexitybot", "owner": "Perplexity",
-     "kind": "AI search indexer", "role": "search", "label": "PerplexityBot"},
+     "kind": "AI search indexer", "role": "answers", "label": "PerplexityBot"},
     {"key": "ccbot", "token": "CCBot", "ua_substring": "ccbot", "owner": "Common Crawl",
      "kind": "open web dataset", "role": "train", "label": "Common Crawl"},
     {"key": "bytespider", "token": "Bytespider", "ua_substring": "bytespider", "owner": "ByteDance",

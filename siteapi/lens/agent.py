@@ -2,8 +2,8 @@
 
 MCP and NLWeb are read from how `/mcp` and `/ask` answer a GET (verdicts yes/likely/maybe/no/
 unknown); WebMCP from markers in the page; the A2A card, OpenAPI, ai-plugin and api-catalog from
-their discovery probes; markdown negotiation from a real `Accept: text/markdown` request that
-passes only on a `text/markdown` answer.
+their discovery probes; markdown negotiation from a real `Accept: text/markdown` request, set
+against the page fetch that asked for HTML: it is negotiation only when the two answers differ.
 """
 from __future__ import annotations
 
@@ -119,20 +119,31 @@ def describe_catalog(doc: dict) -> str:
     return f"{len(doc.get('linkset') or [])} API(s) listed"
 
 
-def md_negotiation(sub: Subrequests, url: str) -> dict:
+def md_answer(sub: Subrequests, url: str) -> dict:
+    """What the page answers to `Accept: text/markdown`: status, contentType and vary, or error."""
     try:
         result = sub.fetch(url, {"Accept": MARKDOWN_ACCEPT}, cap_bytes=64 * 1024)
     except (FetchFailed, FetchRefused, CapReached) as failed:
-        return {"supported": False, "error": str(failed)}
-    return md_verdict(result.status, result.content_type, result.headers.get("vary", ""))
+        return {"error": str(failed)}
+    return {"status": result.status, "contentType": result.content_type, "vary": result.headers.get("vary", "")}
 
 
-def md_verdict(status: int, content_type: str, vary: str) -> dict:
+def md_negotiation(answer: dict, html_content_type: str) -> dict:
+    """mdNegotiation from the Markdown answer and the content type the HTML-asking page fetch got.
+    `supported` means it negotiates; a note on a supported answer names a defect (no Vary: Accept)."""
+    if answer.get("error"):
+        return {"supported": False, "error": answer["error"]}
+    status, content_type = answer["status"], answer["contentType"]
     mime = mime_of(content_type)
-    out = {"supported": mime == "text/markdown" and 200 <= status < 300, "contentType": content_type, "status": status}
-    if out["supported"] and "accept" not in vary.lower():
+    markdown = mime == "text/markdown" and 200 <= status < 300
+    always = markdown and mime_of(html_content_type) == "text/markdown"
+    out = {"supported": markdown and not always, "contentType": content_type, "status": status}
+    varies = {field.strip().lower() for field in answer["vary"].split(",")}
+    if always:
+        out["note"] = "answers Markdown to a request for HTML too: the page is always Markdown, not negotiated"
+    elif markdown and not varies & {"accept", "*"}:
         out["note"] = "answers Markdown but without Vary: Accept, so caches may serve it to browsers"
-    elif not out["supported"]:
+    elif not markdown:
         out["note"] = f"asked for text/markdown, got {mime or 'no content type'} ({status})"
     return out
 

@@ -22,7 +22,7 @@ from .fetch import FetchFailed, FetchRefused
 from .page import is_binary, mime_of
 from .terms import BLOCKING_STATUSES
 
-SAMPLE_BYTES = 8 * 1024
+SAMPLE_BYTES = 2 * 1024  # interstitials name themselves early: title, challenge script, cf-mitigated header
 CHROME_UA = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
              "Chrome/141.0.0.0 Safari/537.36")
 # (key, label, role, registry key or None, User-Agent)

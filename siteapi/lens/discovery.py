@@ -1,9 +1,10 @@
 """Discovery: the well-known paths of the target's origin as Probe objects, DNS-AID and the wire pass.
 
 A probe passes on what the body is - its content type and shape - never on a bare 200: an SPA
-answering `200 text/html` for `/llms.txt` is a miss with a note saying so. Every subrequest goes
-through one `Subrequests` budget (one deadline for the whole scan, a per-probe timeout, a cap on
-how many are made). DNS goes through a `DnsClient` (dnspython); tests point it at a loopback
+answering `200 text/html` for `/llms.txt` is a miss with a note saying so. robots.txt's text goes
+on to the terms pass all the same, miss or not, because crawlers read it that way. Every
+subrequest goes through one `Subrequests` budget (one deadline for the whole scan, a per-probe
+timeout, a cap on how many are made). DNS goes through a `DnsClient` (dnspython); tests point it at a loopback
 name server. The discovery result of an origin is cached in site.db for `discovery_cache_hours`.
 """
 from __future__ import annotations
@@ -99,6 +100,14 @@ def plain_text(result: FetchResult) -> str | None:
     return body_text(result)
 
 
+def robots_text(result: FetchResult) -> str | None:
+    """robots.txt as crawlers read it (RFC 9309): any body that is not binary, whatever its
+    Content-Type, as UTF-8 without a leading BOM; None for a binary body."""
+    if is_binary(result.body, "") or b"\x00" in result.body[:8192]:
+        return None
+    return result.body.decode("utf-8-sig", errors="replace")
+
+
 def json_body(result: FetchResult):
     """The parsed JSON body, or raises ValueError with a sentence."""
     if looks_html(result):
@@ -134,11 +143,17 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
-_ROBOTS_LINE = re.compile(r"^\s*(user-agent|allow|disallow|sitemap|crawl-delay|content-signal)\s*:", re.I | re.M)
-
-
-def _robots_shape(text: str) -> bool:
-    return bool(_ROBOTS_LINE.search(text)) or not text.strip()
+def _robots_check(result: FetchResult) -> str | None:
+    """None for a proper robots.txt, else what is wrong with it (crawlers still read any text answer)."""
+    text = robots_text(result)
+    if text is None:
+        return "answered a binary body, not a robots.txt"
+    if text.lstrip().startswith("<") and looks_html(result):
+        return "answered an HTML page, not a robots.txt (a soft 404?)"
+    mime = mime_of(result.content_type)
+    if mime != "text/plain":
+        return f"served as {mime or 'no content type'}, not text/plain (crawlers read it all the same)"
+    return None
 
 
 def _is_obj(data) -> bool:
@@ -147,8 +162,7 @@ def _is_obj(data) -> bool:
 
 # A validator returns None when the body is what the path promises, else a note saying why not.
 VALIDATORS: dict[str, Callable[[FetchResult], str | None]] = {
-    "robotsTxt": lambda r: None if (plain_text(r) is not None and _robots_shape(plain_text(r))) else
-        "answered something that is not a robots.txt (HTML, binary or no directives)",
+    "robotsTxt": _robots_check,
     "llmsTxt": lambda r: _text_check(r, "llms.txt", lambda t: _first_line(t).startswith("# "),
                                      " (llmstxt.org: the first line is a '# Title')"),
     "llmsFullTxt": lambda r: _text_check(r, "llms-full.txt"),
@@ -239,9 +253,9 @@ def probe_result(key: str, url: str, result: FetchResult | None = None, error: s
     note = VALIDATORS[key](result) if key in VALIDATORS else None
     probe = {"ok": note is None, "status": result.status, "url": url, "contentType": result.content_type,
              "headers": headers, "truncated": result.truncated}
-    text = plain_text(result)
+    text = robots_text(result) if key == "robotsTxt" else plain_text(result)
     if text is not None or mime_of(result.content_type).endswith("json"):
-        probe["body"] = body_text(result)[:PROBE_BODY_CHARS]
+        probe["body"] = (text if text is not None else body_text(result))[:PROBE_BODY_CHARS]
     if note:
         probe["note"] = note
     if key in ("sitemapXml", "sitemapDeclared") and note is None:
@@ -266,7 +280,9 @@ def run_probe(sub: Subrequests, key: str, url: str, cap: int = PROBE_CAP, header
         return Fetched(probe_result(key, url, error=str(failed)), unreachable=True)
     probe = probe_result(key, url, result)
     fetched = Fetched(probe, status=result.status)
-    if probe["ok"]:
+    if key == "robotsTxt":  # crawlers follow a robots.txt that is not served as one, too
+        fetched.text = robots_text(result) if 200 <= result.status < 300 else None
+    elif probe["ok"]:
         if key in PARSED:
             fetched.data = json_body(result)
         else:
@@ -296,22 +312,23 @@ def agents_md(sub: Subrequests, origin: str) -> dict:
     return out
 
 
-def declared_sitemaps(robots_text: str | None, origin: str) -> list[str]:
-    if not robots_text:
+def declared_sitemaps(robots: str | None, origin: str) -> list[str]:
+    if not robots:
         return []
-    found = re.findall(r"^\s*sitemap\s*:\s*(\S+)", robots_text, re.I | re.M)
+    found = re.findall(r"^\s*sitemap\s*:\s*(\S+)", robots, re.I | re.M)
     return [urljoin(origin + "/", url) for url in found[:5]]
 
 
-def sitemap_declared(sub: Subrequests, robots_text: str | None, origin: str, sitemap_ok: bool) -> dict | None:
-    """The sitemap robots.txt declares, probed when /sitemap.xml is not a valid sitemap itself."""
-    declared = declared_sitemaps(robots_text, origin)
+def sitemap_declared(sub: Subrequests, robots: str | None, origin: str, sitemap: dict | None) -> dict | None:
+    """The sitemap robots.txt declares: the /sitemap.xml probe when it names that, else probed
+    only when /sitemap.xml (`sitemap`, its probe) is not a valid sitemap itself."""
+    declared = declared_sitemaps(robots, origin)
     if not declared:
         return None
-    if sitemap_ok and declared[0] == origin + "/sitemap.xml":
-        return {"ok": True, "url": declared[0], "note": "same as /sitemap.xml"}
-    if sitemap_ok:
-        return {"ok": True, "url": declared[0], "note": "declared; /sitemap.xml already answered"}
+    if sitemap and declared[0] == origin + "/sitemap.xml":
+        return dict(sitemap)
+    if sitemap and sitemap["ok"]:
+        return {"ok": False, "url": declared[0][:300], "error": "not fetched: /sitemap.xml is already a valid sitemap"}
     try:
         parse_target(declared[0], sub.fetcher.policy)
     except FetchRefused as refused:

@@ -177,6 +177,10 @@ class Target:
 
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# `name:` without `//` names a scheme (mailto:, data:, tel:) unless a port follows (localhost:8080);
+# a name with a dot is a host (example.com:8080)
+_BARE_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+-]*):(?!\d{1,5}(?:[/?#]|$))")
+_SCHEME_REFUSED = "Only http and https URLs can be inspected, not {}:."
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 _QUERY_SAFE = _PATH_SAFE + "?"
@@ -192,21 +196,22 @@ def parse_target(raw: str, policy: AddressPolicy = PRODUCTION_POLICY) -> Target:
     if any(ord(c) < 32 or c in "\\" for c in text):
         raise FetchRefused("The URL contains control characters or backslashes; send a plain http(s) URL.")
     if not _SCHEME.match(text):
-        text = "https:" + text if text.startswith("//") else "https://" + text
+        text = _with_scheme(text)
     try:
         parts = urlsplit(text)
     except ValueError as exc:  # an unclosed or invalid [IPv6] host, or characters NFKC turns into delimiters
         raise FetchRefused(f"The URL cannot be read ({exc}); send a plain http(s) URL such as https://example.com/.") from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
-        raise FetchRefused(f"Only http and https URLs can be inspected, not {scheme}:.")
+        raise FetchRefused(_SCHEME_REFUSED.format(scheme))
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise FetchRefused("URLs with credentials (user:password@) are refused; send the URL without them.")
     try:
         port = parts.port
     except ValueError:
         raise FetchRefused("The URL's port is not a number between 1 and 65535.") from None
-    port = port or (443 if scheme == "https" else 80)
+    if port is None:
+        port = 443 if scheme == "https" else 80
     if not policy.port_allowed(port):
         raise FetchRefused("Only ports 80 and 443 can be inspected; send the URL without another port.")
     host, literal = _normalise_host(parts.hostname or "", parts.netloc)
@@ -217,6 +222,19 @@ def parse_target(raw: str, policy: AddressPolicy = PRODUCTION_POLICY) -> Target:
     default = 443 if scheme == "https" else 80
     url = f"{scheme}://{shown}{'' if port == default else f':{port}'}{path}"
     return Target(url, scheme, host, port, path, literal)
+
+
+def _with_scheme(text: str) -> str:
+    """A URL written without `scheme://`, with its scheme spelled out or https:// assumed. Like
+    WHATWG URL parsing, http:host and https:/host are read as http(s)://host."""
+    if text.startswith("//"):
+        return "https:" + text
+    bare = _BARE_SCHEME.match(text)
+    if bare is None:
+        return "https://" + text
+    if bare.group(1).lower() not in ("http", "https"):
+        raise FetchRefused(_SCHEME_REFUSED.format(bare.group(1).lower()))
+    return f"{bare.group(1)}://{text[bare.end():].lstrip('/')}"
 
 
 def _normalise_host(hostname: str, netloc: str) -> tuple[str, bool]:

@@ -43,7 +43,7 @@ def inspect(url: str | None, settings, phases: str | None = "page", fetcher: Fet
     """The LensObservation for `url`. Raises ApiError 400 (missing/refused URL, bad phases) or 502."""
     fetcher = fetcher or fetcher_from_settings(settings)
     target = checked(url, fetcher)
-    if phases not in (None, "", *PHASES):
+    if phases not in (None, *PHASES):
         raise ApiError(400, "phases accepts only page (the fields derived from the page itself); leave it out for the full scan.",
                        code="bad_phases", ok=False, parameter="phases")
     conf = lens_settings(settings)

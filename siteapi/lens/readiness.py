@@ -91,11 +91,14 @@ def checks(obs: dict, openapi_doc=None) -> tuple[dict, str | None]:
          "Publish SVCB records at _mcp._agents.<host> (and _a2a, _index) pointing at your agent endpoints."))
 
     md = a["mdNegotiation"]
-    add("markdownNegotiation", "contentAccessibility", "Answer Accept: text/markdown",
-        "pass" if md["supported"] else ("unknown" if md.get("error") else "fail"),
-        (md.get("note") or "answers text/markdown when asked") if md["supported"] else
-        (f"the request failed: {md['error']}" if md.get("error") else
-         f"{md.get('note')}. Serve a Markdown version when Accept names text/markdown, with Vary: Accept."))
+    if md.get("error"):
+        negotiation = ("unknown", f"the request failed: {md['error']}")
+    elif md["supported"] and not md.get("note"):
+        negotiation = ("pass", "answers text/markdown when asked for it and not otherwise, with Vary: Accept")
+    else:
+        negotiation = ("fail", f"{md['note']}. Serve a Markdown version when Accept names text/markdown, "
+                               "HTML otherwise, with Vary: Accept on both.")
+    add("markdownNegotiation", "contentAccessibility", "Answer Accept: text/markdown", *negotiation)
 
     robots_state = "unknown" if t["robotsUnknown"] else ("present" if t["robotsPresent"] else "absent")
     named = sorted({row["ua"] for row in t["scoreboard"]

@@ -3,8 +3,9 @@
 Every subrequest of a scan (~37: the page, 21 well-known paths, agents.md, /mcp, /ask, the
 declared sitemap, DNS-AID and ECH lookups, the markdown check and 10 bot views) runs on one
 thread pool under ONE deadline and one subrequest cap; what did not finish in time is reported
-as not answered (`unknown`), never waited for. The origin's discovery result is cached in site.db
-for `discovery_cache_hours`. Also here: `summary` (LensSummary), `compare` (LensComparison) and
+as not answered (`unknown`), never waited for. What the probes find joins what the page shows
+(`ai.llmsTxtPresent` counts /llms.txt). The origin's discovery result is cached in site.db for
+`discovery_cache_hours`. Also here: `summary` (LensSummary), `compare` (LensComparison) and
 `cloudflare_mode` (a CDN's agent-readiness level read from its scanner over MCP).
 """
 from __future__ import annotations
@@ -94,7 +95,7 @@ def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: b
     try:
         sub.take()
         page_future = pool.submit(fetcher.fetch, target.url, deadline=deadline)
-        md_future = pool.submit(agent.md_negotiation, sub, target.url)
+        md_future = pool.submit(agent.md_answer, sub, target.url)
         found = None if cached else _discovery_futures(pool, sub, origin)
         dns_futures = {} if cached else {"dnsAid": pool.submit(discovery.dns_aid, sub, dns, discovery.host_of(origin)),
                                          "ech": pool.submit(discovery.ech, sub, dns, discovery.host_of(origin))}
@@ -107,7 +108,7 @@ def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: b
             raise ApiError(502, "The site took too long to answer.", code="upstream_failed", ok=False) from None
         payload = cached or _collect_discovery(pool, sub, origin, found, dns_futures)
         wait([md_future, *view_futures], timeout=max(0, sub.remaining()))
-        md = _result(md_future, {"supported": False, "error": TIMED_OUT})
+        md = agent.md_negotiation(_result(md_future, {"error": TIMED_OUT}), page.content_type)
         views = [_result(f, ({"key": s[0], "label": s[1], "role": s[2], "userAgent": s[4], "status": None,
                               "blocked": False, "challenge": False, "error": TIMED_OUT}, ""))
                  for f, s in zip(view_futures, bots.VIEWS)]
@@ -124,6 +125,7 @@ def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: b
     obs["wire"] = {"dictionary": discovery.dictionary(page.headers), "ech": payload["ech"]}
     obs["terms"] = _terms(payload, page, obs)
     obs["agent"] = _agent(payload, obs, md)
+    obs["ai"]["llmsTxtPresent"] = obs["ai"]["llmsTxtPresent"] or obs["agent"]["llmsTxt"]["present"]
     rows = [row for row, _ in views]
     if bot_views:
         obs["phases"]["wallCheck"] = bots.wall_check(views, settings)
@@ -149,7 +151,7 @@ def _collect_discovery(pool, sub: Subrequests, origin: str, futures: dict, dns_f
     sitemap = _result(futures["sitemapXml"], None)
     declared = None
     if robots is not None:
-        declared = pool.submit(discovery.sitemap_declared, sub, robots.text, origin, bool(sitemap and sitemap.probe["ok"]))
+        declared = pool.submit(discovery.sitemap_declared, sub, robots.text, origin, sitemap.probe if sitemap else None)
     everything = [*futures.values(), *dns_futures.values(), *([declared] if declared else [])]
     wait(everything, timeout=max(0, sub.remaining()))
     complete = all(f.done() for f in everything)

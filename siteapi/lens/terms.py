@@ -2,8 +2,10 @@
 
 The robots scoreboard asks Google's own parser (fast-robotstxt) about every crawler of the one
 registry (`siteapi.feeds.crawlers`), with the product token, never a full UA string: the most
-specific group wins and replaces `*`, then the longest path, Allow on a tie. A robots.txt that
-answered 4xx allows everything; 5xx, unreachable or not text leaves every verdict `unknown`.
+specific group wins and replaces `*`, then the longest path, Allow on a tie. Any 2xx robots.txt
+that is text is read, whatever its Content-Type, and lines that are not rules are ignored (RFC
+9309), so a file without rules allows everything, as a 4xx does; 5xx, unreachable or a binary body
+leaves every verdict `unknown`.
 Beside it: Content-Signal lines, pay-per-crawl and x402, enforcement seen by our own fetch,
 noai directives, W3C TDMRep, and the spectrum tier (open < signaled < enforced < paid).
 """
@@ -34,7 +36,7 @@ def robots_state(status: int | None, unreachable: bool, text: str | None) -> tup
     if not 200 <= status < 300:
         return "unknown", f"robots.txt answered {status}"
     if text is None:
-        return "unknown", "robots.txt is not a text file (HTML or binary)"
+        return "unknown", "robots.txt answered a binary body, not text, so its rules cannot be read"
     return "present", None
 
 
@@ -141,13 +143,17 @@ def tdmrep(data, probe: dict, headers: dict, meta: dict) -> dict:
         rules = [r for r in data if isinstance(r, dict)]
         first = rules[0] if rules else {}
         reserved = any(str(r.get("tdm-reservation")) == "1" for r in rules) if rules else None
-        return {"present": True, "rules": len(rules), "reserved": reserved, "location": first.get("location"),
-                "policy": first.get("tdm-policy"), "body": probe.get("body")}
+        return {"present": True, "rules": len(rules), "reserved": reserved, "location": _string(first.get("location")),
+                "policy": _string(first.get("tdm-policy")), "body": probe.get("body")}
     out = {"present": header is not None, "rules": 0, "reserved": None if header is None else header.strip() == "1",
            "location": None, "policy": (headers.get("tdm-policy") or (meta or {}).get("tdm-policy"))}
     if probe.get("note"):
         out["invalid"] = probe["note"]
     return out
+
+
+def _string(value) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def spectrum(board: list[dict], state: str, signals: list[dict], paid_terms: dict, enforcement: dict,
