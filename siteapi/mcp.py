@@ -274,12 +274,8 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "params.arguments must be an object of the tool's parameters.")
-        too_long = [k for k, v in arguments.items() if isinstance(v, str) and len(v) > MAX_STRING]
-        error = next(iter(sorted(self.validators[name].iter_errors(arguments), key=lambda e: e.path)), None)
-        if too_long or error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) if error is not None else ""
-            message = (f"Argument {too_long[0][:40]!r} is longer than {MAX_STRING} characters." if too_long else
-                       f"Invalid arguments for {name} at {where or 'arguments'}: {error.message[:300]}")
+        message = self._argument_problem(name, arguments)
+        if message is not None:
             if version < ARGUMENT_ERRORS_AS_RESULTS:
                 raise RpcError(INVALID_PARAMS, message, {"inputSchema": tool.input_schema})
             return {"content": [{"type": "text", "text": message + " The tool's inputSchema lists what it takes."}],
@@ -293,6 +289,17 @@ class McpServer:
             return {"content": [{"type": "text", "text": outcome.error}], "isError": True}
         return {"content": [{"type": "text", "text": json.dumps(outcome.result, ensure_ascii=False)}],
                 "structuredContent": outcome.result, "isError": False}
+
+    def _argument_problem(self, name: str, arguments: dict) -> str | None:
+        """What is wrong with a tool's arguments, as a sentence, or None."""
+        too_long = [k for k, v in arguments.items() if isinstance(v, str) and len(v) > MAX_STRING]
+        if too_long:
+            return f"Argument {too_long[0][:40]!r} is longer than {MAX_STRING} characters."
+        error = next(iter(sorted(self.validators[name].iter_errors(arguments), key=lambda e: e.path)), None)
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+        return f"Invalid arguments for {name} at {where}: {error.message[:300]}"
 
     # -- server cards ----------------------------------------------------------------------------
     def scanner_card(self) -> dict:

@@ -93,9 +93,7 @@ def looks_html(result: FetchResult) -> bool:
 
 def plain_text(result: FetchResult) -> str | None:
     """The body as text when it is text and not an HTML page, else None."""
-    if looks_html(result):
-        return None
-    if is_binary(result.body, result.content_type) or b"\x00" in result.body[:8192]:
+    if looks_html(result) or _binary(result, result.content_type):
         return None
     return body_text(result)
 
@@ -103,9 +101,14 @@ def plain_text(result: FetchResult) -> str | None:
 def robots_text(result: FetchResult) -> str | None:
     """robots.txt as crawlers read it (RFC 9309): any body that is not binary, whatever its
     Content-Type, as UTF-8 without a leading BOM; None for a binary body."""
-    if is_binary(result.body, "") or b"\x00" in result.body[:8192]:
+    if _binary(result, ""):
         return None
     return result.body.decode("utf-8-sig", errors="replace")
+
+
+def _binary(result: FetchResult, content_type: str) -> bool:
+    """Binary by `content_type` (empty: by the body alone) or by a NUL anywhere in the first 8 KB."""
+    return is_binary(result.body, content_type) or b"\x00" in result.body[:8192]
 
 
 def json_body(result: FetchResult):
