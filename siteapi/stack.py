@@ -73,6 +73,7 @@ def main() -> int:
         env.update({"SITE_ADDRESS": f":{ports['caddy']}", "CADDY_BIND": os.environ.get("CADDY_BIND", "127.0.0.1"),
                     "SITE_IMAGES_DIR": str(settings.images_dir),
                     "SITE_PHOTOS_DIR": str(settings.photos_dir),
+                    "SITE_ORIGINALS_PUBLIC": "true" if settings.originals_public else "false",
                     "SITE_ACCESS_LOG": str(access_log)})
         commands["caddy"] = [caddy, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"]
     procs = {name: subprocess.Popen(cmd, cwd=ROOT, env=env) for name, cmd in commands.items()}

@@ -3,6 +3,7 @@ real Caddy in front; and the project's Caddyfile in front of a slow event stream
 Every JSON answer of the app through the edge is validated against /openapi.json. Skipped only where
 `caddy` is not installed (CI installs it)."""
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import requests
 from httpx_sse import connect_sse
 
 import jobs
+from app import make_app
 from conftest import ROOT, Client
 from feeds_servers import USER_AGENTS, make_settings
 from servers import open_stream, read_until, serve_wsgi
@@ -200,6 +202,32 @@ def test_what_no_image_file_answers_goes_to_the_app(stack, edge):
 
 
 @needs_caddy
+def test_unpublished_originals_never_leave_the_edge(site_settings, tmp_path):
+    """With originals_public = false (SITE_ORIGINALS_PUBLIC, read by the app and Caddy alike) the
+    edge hands /images/full/ to the app, which answers 404, even for a file that exists there;
+    thumbnails are still served."""
+    as_json = {"Accept": "application/json"}
+    hidden = dataclasses.replace(site_settings, originals_public=False)
+    original = next(hidden.photos_dir.glob("*.jpg")).name
+    thumb = next(hidden.images_dir.rglob("*.jpg")).relative_to(hidden.images_dir).as_posix()
+    with serve_wsgi(make_app(hidden).wsgi) as base, caddy_in_front(
+            int(base.rsplit(":", 1)[1]), tmp_path, SITE_ORIGINALS_PUBLIC="false",
+            SITE_PHOTOS_DIR=str(hidden.photos_dir), SITE_IMAGES_DIR=str(hidden.images_dir)) as port:
+        edge = f"http://127.0.0.1:{port}"
+        for method in ("GET", "HEAD"):
+            r = requests.request(method, f"{edge}/images/full/{original}", headers=as_json, timeout=30)
+            assert r.status_code == 404 and r.headers["Cache-Control"] == "no-store", method
+            assert r.headers["Content-Type"].startswith("application/json"), method
+        assert "not published" in requests.get(f"{edge}/images/full/{original}", headers=as_json, timeout=30).json()["error"]
+        r = requests.get(f"{edge}/images/{thumb}", timeout=30)
+        assert r.status_code == 200 and "immutable" in r.headers["Cache-Control"]
+    with serve_wsgi(make_app(site_settings).wsgi) as base, caddy_in_front(
+            int(base.rsplit(":", 1)[1]), tmp_path, SITE_PHOTOS_DIR=str(hidden.photos_dir)) as port:
+        r = requests.get(f"http://127.0.0.1:{port}/images/full/{original}", timeout=30)
+        assert r.status_code == 200 and r.headers["Content-Type"] == "image/jpeg"
+
+
+@needs_caddy
 def test_the_edge_adds_one_server_field_and_compresses_every_json_type(stack):
     for path in ("/robots.txt", "/data/site/pages", "/images/probe.txt", "/images/nope.jpg"):
         r = requests.get(stack["edge"] + path, timeout=30)
@@ -325,10 +353,10 @@ class SlowStreams:
 def caddy_in_front(app_port: int, tmp, **extra_env: str):
     """The project's Caddyfile on a loopback port of its own, proxying to `app_port`."""
     port = free_port()
-    env = {**os.environ, **extra_env, "SITE_ADDRESS": f":{port}", "CADDY_BIND": "127.0.0.1", "CADDY_ADMIN": "off",
+    env = {**os.environ, "SITE_ADDRESS": f":{port}", "CADDY_BIND": "127.0.0.1", "CADDY_ADMIN": "off",
            "SITE_PORT": str(app_port), "DATASETTE_PORT": str(free_port()), "SITE_ACCESS_LOG": str(tmp / "access.log"),
            "SITE_IMAGES_DIR": str(tmp), "SITE_PHOTOS_DIR": str(tmp), "XDG_DATA_HOME": str(tmp / "xdg-data"),
-           "XDG_CONFIG_HOME": str(tmp / "xdg-config"), "HOME": str(tmp)}
+           "XDG_CONFIG_HOME": str(tmp / "xdg-config"), "HOME": str(tmp), **extra_env}
     proc = subprocess.Popen([CADDY, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
