@@ -5,6 +5,7 @@ in waitress on a loopback port.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -13,7 +14,7 @@ from contextlib import closing
 
 import bottle
 
-from siteapi import agentdocs, ask, botauth, db, openapi, pages, photos, serving
+from siteapi import agentdocs, ask, botauth, db, openapi, pages, photos, resume, serving
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import markdown
 from siteapi.feeds import around, coffee, ledger, tracks
@@ -24,6 +25,9 @@ from siteapi.ratelimit import RateLimiter
 from siteapi.search import search_endpoint
 from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller,
                          header, params, wants_markdown)
+
+
+RESUME_CACHE = "public, max-age=0, must-revalidate, s-maxage=86400"  # REFERENCE: all three resume forms
 
 
 def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
@@ -47,11 +51,18 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     def search():
         return search_endpoint(conn(), params(), settings.public_base_url)
 
-    def resume():
+    def stored_resume() -> str:
         row = conn().execute("SELECT body FROM site_files WHERE name = 'resume.json'").fetchone()
         if row is None:
             raise ApiError(404, "No resume is published yet.", code="not_found")
-        return Reply(row["body"], cache="public, max-age=0, must-revalidate, s-maxage=86400")
+        return row["body"]
+
+    def resume_as_json():
+        return Reply(stored_resume(), cache=RESUME_CACHE)
+
+    def resume_as_markdown():
+        return pages.markdown_reply(resume.markdown(json.loads(stored_resume()), settings.url("/resume.json")),
+                                    cache=RESUME_CACHE)
 
     def ask_site():
         method = bottle.request.method.upper()
@@ -190,7 +201,8 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R = site.route
     R("/search.json", search)
     R("/ask", ask_site, methods=("GET", "POST"), cache=NO_STORE)
-    R("/resume.json", resume)
+    R("/resume.json", resume_as_json)
+    R("/resume.md", resume_as_markdown)
     R("/photos/query.json", photo_query)
     R("/images/manifest.json", photo_manifest)
     R("/images/<path:path>", image_file, cache="public, max-age=31536000, immutable", may_not_exist=True)

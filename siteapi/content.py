@@ -169,9 +169,12 @@ def read_resume(root: Path) -> str | None:
         return None
     text = file.read_text(encoding="utf-8")
     try:
-        json.loads(text)
+        resume = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ContentError(f"resume.json line {exc.lineno}: not valid JSON ({exc.msg}).") from None
+    if not isinstance(resume, dict):
+        raise ContentError("resume.json must be one JSON object (a JSON Resume), not a "
+                           f"{type(resume).__name__}.")
     return text
 
 

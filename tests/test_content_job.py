@@ -103,3 +103,15 @@ def test_every_front_matter_fault_names_its_file_and_line(tmp_path):
         if expected:
             assert any(e.startswith(f"{name} {expected}") for e in errors), (name, errors)
     assert sorted(failed) == sorted(n for n, (_, e) in faults.items() if e)
+
+
+def test_a_resume_that_is_not_one_object_keeps_the_last_good_one(tmp_path):
+    content = copy_content(tmp_path)
+    settings = make_settings(tmp_path, content_dir=content)
+    assert jobs.run_job(settings, "content")[0]
+    (content / "resume.json").write_text('[{"basics": {"name": "Someone Else"}}]')
+    ok, error = jobs.run_job(settings, "content")
+    assert not ok and "resume.json must be one JSON object" in error
+    conn = db.connect(settings.db_path, readonly=True)
+    stored = conn.execute("SELECT body FROM site_files WHERE name = 'resume.json'").fetchone()["body"]
+    assert stored == (ROOT / "content" / "resume.json").read_text()

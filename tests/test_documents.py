@@ -8,7 +8,7 @@ import html5lib
 import pytest
 from openapi_spec_validator import validate
 
-from siteapi import tokens
+from siteapi import resume, tokens
 
 
 def strict_parse(text):
@@ -204,6 +204,37 @@ def test_resume_is_json_resume(api):
     assert r.status_code == 200
     resume = r.json()
     assert resume["basics"]["name"] and resume["work"] and "jsonresume" in resume["$schema"]
+
+
+def test_resume_as_markdown_carries_every_entry_of_the_json(api):
+    resume = api.get("/resume.json").json()
+    r = api.get("/resume.md")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/markdown")
+    assert int(r.headers["x-markdown-tokens"]) > 100
+    text = r.text
+    assert text.startswith(f"# {resume['basics']['name']}\n") and resume["basics"]["summary"] in text
+    for job in resume["work"]:
+        assert f"### {job['position']} — " in text and job["name"] in text and job["summary"] in text
+        assert all(f"- {h}" in text for h in job.get("highlights", []))
+    for key in ("projects", "volunteer", "education"):
+        assert resume[key] and all((entry.get("name") or entry.get("institution") or entry["organization"]) in text
+                                   for entry in resume[key]), key
+    assert all(word in text for skill in resume["skills"] for word in skill["keywords"])
+    for profile in resume["basics"]["profiles"]:
+        assert f"[{profile['network']}]({profile['url']})" in text
+    assert text.rstrip().endswith(f"<{resume['meta']['canonical']}> (updated {resume['meta']['lastModified'][:10]}).")
+
+
+def test_resume_markdown_leaves_out_what_is_not_text():
+    """The owner's JSON is only checked for being one object: wrong types are skipped, not a 500."""
+    odd = {"basics": {"name": ["not", "text"], "label": True, "profiles": [{"url": "javascript:alert(1)"}, 7]},
+           "work": "many jobs", "skills": [1, {"keywords": "not a list"}, {"name": "Tea", "keywords": ["oolong", None]}],
+           "education": [{"courses": [None, {}]}, {"institution": "Night school", "startDate": 2001}], "meta": []}
+    text = resume.markdown(odd, "https://example.test/resume.json")
+    assert text.startswith("# Resume\n") and "True" not in text and "## Work" not in text
+    assert "](javascript:" not in text and "- **Tea**: oolong\n" in text
+    assert "### Night school\n\n*2001 – present*" in text and "Untitled" not in text
+    assert resume.markdown(["a", "list"], "u").startswith("# Resume\n")
 
 
 def test_agent_card_and_skills_list_the_mcp_tools(api):

@@ -205,6 +205,7 @@ def test_cache_control_per_endpoint(api):
         "/photos/query.json?q=beach": "public, max-age=300, s-maxage=600",
         "/images/manifest.json": "public, max-age=300, s-maxage=600",
         "/resume.json": "public, max-age=0, must-revalidate, s-maxage=86400",
+        "/resume.md": "public, max-age=0, must-revalidate, s-maxage=86400",
         "/about": "public, max-age=0, s-maxage=86400, stale-while-revalidate=604800",
         "/about.md": "public, max-age=0, s-maxage=86400, stale-while-revalidate=604800",
         "/openapi.json": "public, max-age=3600",
