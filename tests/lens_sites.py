@@ -6,8 +6,8 @@ paid.test (402 pay-per-crawl + x402), robots503.test, signals.test (Content-Sign
 hang.test (every probe hangs), bigrobots.test (5 MB robots.txt), binrobots.test, bomb.test (a
 sitemap bomb), malformed.test (broken cards and OpenAPI), deep.test (every JSON answer nested 20,000
 deep, its home page a 402), notes.test (a robots.txt of comments and Host: only), htmlrobots.test and
-octetrobots.test (rules served as text/html and application/octet-stream), bom.test (a robots.txt
-behind a UTF-8 BOM), tdmtypes.test (TDMRep fields of the wrong JSON types), mdalways.test (Markdown
+octetrobots.test (rules served as text/html and application/octet-stream), bom.test (robots.txt,
+llms.txt and the API catalog behind a UTF-8 BOM), tdmtypes.test (TDMRep fields of the wrong JSON types), mdalways.test (Markdown
 to every request, no Vary), novary.test (negotiates Markdown with only Vary: Accept-Encoding),
 sitemaps.test (robots.txt declares a sitemap other than a valid /sitemap.xml). `latency` adds a
 delay to every answer.
@@ -243,6 +243,11 @@ class Handler(BaseHTTPRequestHandler):
         self.robots_site(path, "User-agent: GPTBot\nDisallow: /\n", "application/octet-stream")
 
     def site_bom(self, path):
+        behind_bom = {"/llms.txt": ("\ufeff# BOM site\n\n> Files saved by an editor that writes a BOM.\n", "text/plain"),
+                      "/.well-known/api-catalog": ("\ufeff" + json.dumps({"linkset": [{"anchor": "https://bom.test/"}]}),
+                                                   "application/linkset+json")}
+        if path in behind_bom:
+            return self.send(200, *behind_bom[path])
         self.robots_site(path, "\ufeffUser-agent: GPTBot\nDisallow: /\n", "text/plain; charset=utf-8")
 
     def site_tdmtypes(self, path):

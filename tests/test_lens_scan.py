@@ -149,6 +149,13 @@ def test_huge_binary_robots_and_sitemap_bomb(run):
     assert bomb["discovery"]["sitemapXml"]["truncated"] and bomb["phases"]["discovery"]
 
 
+def test_a_bom_is_skipped_as_readers_skip_it(run):
+    obs = run("bom.test", bot_views=False)
+    assert obs["agent"]["llmsTxt"]["present"] is True and obs["discovery"]["llmsTxt"]["ok"] is True
+    assert obs["agent"]["apiCatalog"]["present"] is True and obs["discovery"]["apiCatalog"]["ok"] is True
+    assert obs["discovery"]["robotsTxt"]["ok"] is True
+
+
 def test_malformed_cards_and_openapi(run):
     obs = run("malformed.test", bot_views=False)
     a = obs["agent"]

@@ -80,7 +80,8 @@ class Subrequests:
 # --- what a body is -----------------------------------------------------------------------------
 
 def body_text(result: FetchResult) -> str:
-    return result.body.decode("utf-8", errors="replace")
+    """The body as UTF-8 without a leading BOM, which browsers, crawlers and JSON readers all skip."""
+    return result.body.decode("utf-8-sig", errors="replace")
 
 
 def looks_html(result: FetchResult) -> bool:
@@ -100,10 +101,8 @@ def plain_text(result: FetchResult) -> str | None:
 
 def robots_text(result: FetchResult) -> str | None:
     """robots.txt as crawlers read it (RFC 9309): any body that is not binary, whatever its
-    Content-Type, as UTF-8 without a leading BOM; None for a binary body."""
-    if _binary(result, ""):
-        return None
-    return result.body.decode("utf-8-sig", errors="replace")
+    Content-Type; None for a binary body."""
+    return None if _binary(result, "") else body_text(result)
 
 
 def _binary(result: FetchResult, content_type: str) -> bool:
