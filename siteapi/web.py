@@ -245,9 +245,11 @@ class Site:
     def serve(self, handler, url_args, allowed, policy, cache, may_not_exist=False):
         request, response = bottle.request, bottle.response
         method = request.method.upper()
+        version = header("API-Version", None)
+        unserved_version = version is not None and version.strip() not in SUPPORTED_API_VERSIONS
         try:
-            if may_not_exist and (method == "OPTIONS" or method not in allowed):
-                handler(**url_args)  # raises the 404 of a path that names nothing; a real one goes on to its 204 or 405
+            if may_not_exist and (method == "OPTIONS" or method not in allowed or unserved_version):
+                handler(**url_args)  # raises the 404 of a path that names nothing; a real one goes on to its 204, 405 or 400
             if method == "OPTIONS" and "OPTIONS" in allowed:
                 response.status = 204
                 request.environ[CONVENTION_HEADERS] += [
@@ -257,8 +259,7 @@ class Site:
             if method not in allowed:
                 raise ApiError(405, f"{request.path} answers {', '.join(allowed)}, not {method}.",
                                code="method_not_allowed", headers={"Allow": ", ".join(allowed)}, allow=list(allowed))
-            version = header("API-Version", None)
-            if version is not None and version.strip() not in SUPPORTED_API_VERSIONS:
+            if unserved_version:
                 raise ApiError(400, f"API-Version {version.strip()[:20]!r} is not served; send API-Version: 1 "
                                "or leave the header out.", code="unsupported_api_version",
                                supported=SUPPORTED_API_VERSIONS)

@@ -127,6 +127,11 @@ def test_api_version_header(api):
     r = api.get("/search.json?q=garage", headers={"API-Version": "2"})
     assert r.status_code == 400
     assert r.json()["code"] == "unsupported_api_version" and r.json()["supported"] == ["1"]
+    for path in ("/about", "/images/" + api.get("/images/manifest.json").json()["photos"][0]["thumb_small"].rsplit("/images/", 1)[1]):
+        assert api.get(path, headers={"API-Version": "2", "Accept": "application/json"}).status_code == 400, path
+    for path in ("/no-such-page", "/images/nope.jpg", "/.well-known/agent-skills/nope/SKILL.md"):  # 404 wins
+        r = api.get(path, headers={"API-Version": "2", "Accept": "application/json"})
+        assert r.status_code == 404 and r.json()["code"] == "not_found", path
 
 
 @pytest.mark.parametrize("path", ["/a/%00b", "/a/%01", "/x/../etc/passwd", "/%2e%2e/site.db"])
