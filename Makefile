@@ -22,5 +22,7 @@ test: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) bench/run_all.py
 
+# Keeps var/bot-signing-key.pem: sites that verify the lens's signed requests know it by its key id.
 clean:
-	rm -rf $(VENV) site.db site.db-wal site.db-shm var photos/public
+	rm -rf $(VENV) site.db site.db-wal site.db-shm photos/public
+	[ ! -d var ] || find var -mindepth 1 ! -name bot-signing-key.pem -delete

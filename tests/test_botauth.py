@@ -7,7 +7,9 @@ import base64
 import dataclasses
 import os
 import re
+import shutil
 import stat
+import subprocess
 import threading
 from types import SimpleNamespace
 
@@ -18,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from http_message_signatures import HTTPMessageVerifier, MappingKeyResolver, algorithms
 
 import lens_web
-from conftest import make_settings
+from conftest import ROOT, make_settings
 from siteapi import botauth, db
 from siteapi.lens.fetch import fetcher_from_settings
 
@@ -132,3 +134,15 @@ def test_an_older_site_db_gains_the_signed_with_column(tmp_path):
     assert dict(conn.execute("SELECT * FROM around_crawls").fetchone()) == {
         "id": 1, "crawled_at": "2026-11-01T05:41:00Z", "crawled_by": "AadharshBot/1.0", "target_count": 20,
         "elapsed_ms": 900, "signed_with": None}
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_clean_keeps_the_signing_key(tmp_path):
+    """The key is the bot's identity to the sites that cached its directory; the rest of var/ goes."""
+    shutil.copy(ROOT / "Makefile", tmp_path)
+    (tmp_path / "var" / "rolled").mkdir(parents=True)
+    for name in ("var/bot-signing-key.pem", "var/access.log", "var/rolled/access-1.log.gz", "site.db"):
+        (tmp_path / name).write_text("x")
+    subprocess.run(["make", "clean"], cwd=tmp_path, check=True, capture_output=True, timeout=60)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "Makefile", "var", "var/bot-signing-key.pem"]
