@@ -1,6 +1,7 @@
 """The census job over a roster of loopback fixture sites, and its reader."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
 
@@ -69,6 +70,30 @@ def test_one_row_per_site_and_day(sites, dns_server, tmp_path):
     assert blog["lastYmd"] == body["lastYmd"] and blog["level"] == 1 and blog["score"] is not None
     assert len(blog["series"]) == 2 and blog["delta"] == 7 and blog["error"]  # good values kept, failure noted
     assert found["nowhere.test"]["series"] == [] and found["nowhere.test"]["error"]
+
+
+def test_an_older_site_db_with_several_rows_a_day_reads_as_one_a_day(sites, dns_server, tmp_path):
+    """Before the one-row-per-day rule, each run added rows: the reader shows each day's last good scan."""
+    settings = settings_for(tmp_path, [sites.url("ready.test")])
+    with contextlib.closing(sqlite3.connect(settings.db_path)) as old:
+        old.executescript(census.SCHEMA.replace(",\n    UNIQUE (host, ymd)", ""))  # the table as it was
+    for ymd, change in (("2026-01-04", -9), ("2026-01-05", -5), ("2026-01-05", -7)):
+        census.run_census(settings, fetcher=site_fetcher(sites), dns=dns_server.client())
+        writer = db.writer(settings.db_path)
+        with db.transaction(writer):
+            writer.execute("UPDATE lens_census SET ymd = ?, ts = ? || 'T08:17:00Z', score = score + ? WHERE ymd > ?",
+                           (ymd, ymd, change, "2026-01-05"))
+            writer.execute("INSERT INTO lens_census(run_id, ts, ymd, host, url, surfaces, error) "
+                           "VALUES ('old', ? || 'T09:00:00Z', ?, 'ready.test', 'u', NULL, 'timed out')", (ymd, ymd))
+        writer.close()
+    census.run_census(settings, fetcher=site_fetcher(sites), dns=dns_server.client())
+    conn = db.connect(settings.db_path, readonly=True)
+    ready = census.census(conn, settings)["sites"][0]
+    today = ready["lastYmd"]
+    assert [p["ymd"] for p in ready["series"]] == ["2026-01-04", "2026-01-05", today]
+    scores = [p["score"] for p in ready["series"]]
+    assert scores[1] == scores[2] - 7 and ready["delta"] == 7  # the 5th's later scan, not its first
+    assert conn.execute("SELECT COUNT(*) FROM lens_census WHERE ymd = '2026-01-05'").fetchone()[0] == 4
 
 
 def test_site_toml_roster_keys_match_the_default():

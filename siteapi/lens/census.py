@@ -130,7 +130,9 @@ def census(conn: sqlite3.Connection, settings=None) -> dict:
         by_host.setdefault(row["host"], []).append(row)
     sites = []
     for host, history in by_host.items():
-        good = [r for r in history if r["surfaces"] is not None]  # scanned, even if a later scan that day failed
+        # The day's last good scan, even if a later scan that day failed; a site.db from before the
+        # one-row-per-day rule may hold several rows for a day.
+        good = list({r["ymd"]: r for r in history if r["surfaces"] is not None}.values())
         latest = history[-1]
         shown = good[-1] if good else latest
         delta = (good[-1]["score"] - good[-2]["score"]) if len(good) >= 2 and None not in (good[-1]["score"], good[-2]["score"]) else None
