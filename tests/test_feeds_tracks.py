@@ -128,6 +128,28 @@ def test_artist_pictures_take_one_call_per_50_artists(tmp_path, spotify):
         server.close()
 
 
+def test_artist_pictures_are_kept_30_days(tmp_path, spotify):
+    settings = settings_for(tmp_path, spotify)
+
+    def artist_calls() -> int:
+        return sum(1 for _, p, _ in spotify.requests if p.startswith("/v1/artists?"))
+
+    assert "6 artists looked up, 0 pictures younger than 30 days kept" in run_tracks(settings)
+    pictures = now_playing(settings)["tracks"]
+    assert "0 artists looked up, 6 pictures younger than 30 days kept" in run_tracks(settings)
+    assert artist_calls() == 1 and now_playing(settings)["tracks"] == pictures
+    spotify.items.append({"added_at": "2026-01-09T10:00:00Z", "track": {**spotify.items[0]["track"], "id": "newtrack",
+                          "artists": [{"id": "newcomer", "name": "Newcomer", "type": "artist"}]}})
+    assert "1 artists looked up, 6 pictures" in run_tracks(settings)  # only the artist not seen before
+    assert parse_qs(urlsplit([p for _, p, _ in spotify.requests if p.startswith("/v1/artists?")][-1]).query)["ids"] == ["newcomer"]
+    conn = db.writer(settings.db_path)
+    with db.transaction(conn):
+        conn.execute("UPDATE tracks_artists SET looked_up = '2026-01-01T00:00:00Z' WHERE id != 'newcomer'")
+    conn.close()
+    assert "6 artists looked up, 1 pictures younger than 30 days kept" in run_tracks(settings)  # the others aged out
+    assert artist_calls() == 3
+
+
 def test_artist_pictures_over_http(tmp_path, spotify, checker):
     settings = settings_for(tmp_path, spotify)
     run_tracks(settings)
@@ -140,7 +162,7 @@ def test_artist_pictures_over_http(tmp_path, spotify, checker):
 
 @pytest.mark.parametrize("fault", ["500", "malformed"])
 def test_a_failed_artists_call_keeps_the_refresh_and_the_last_pictures(tmp_path, spotify, fault):
-    settings = settings_for(tmp_path, spotify)
+    settings = settings_for(tmp_path, spotify, artist_cache_days=0)  # every run looks every artist up
     spotify.artists_fault = fault
     assert "5 tracks, 0 artists looked up" in run_tracks(settings)  # never looked up: no picture yet
     assert all(a["image_url"] is None for t in now_playing(settings)["tracks"] for a in t["artists"])

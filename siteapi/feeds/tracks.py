@@ -3,7 +3,8 @@
 The job takes a client-credentials token (`SITE_SPOTIFY_CLIENT_ID` / `_SECRET`), reads the
 playlist object and follows its item pages (`next`), looks up the artists' pictures (playlist items
 carry artists without images; Get Several Artists takes 50 ids a call), and replaces the stored copy
-in one transaction. A 401 means the cached token expired: it is refreshed once and the call retried.
+in one transaction. A picture is kept 30 days (`[feeds] artist_cache_days`) before its artist is looked
+up again. A 401 means the cached token expired: it is refreshed once and the call retried.
 A failed artists call does not fail the refresh: its artists keep their last stored picture (or none).
 The reader serves the stored copy and the exact error cases of API.md §4.8; every error body
 keeps `tracks: []`.
@@ -14,6 +15,7 @@ import json
 import sqlite3
 import threading
 import time
+from contextlib import closing
 from urllib.parse import urlencode
 
 import requests
@@ -46,6 +48,11 @@ CREATE TABLE IF NOT EXISTS tracks (
     image_url TEXT,
     added_at TEXT,
     PRIMARY KEY (playlist_id, position)
+);
+CREATE TABLE IF NOT EXISTS tracks_artists (
+    id TEXT PRIMARY KEY,
+    image_url TEXT,                 -- the largest picture; NULL when the artist has none
+    looked_up TEXT NOT NULL         -- when Spotify last answered for this artist
 );
 """
 
@@ -173,9 +180,10 @@ def _artist_images(session, cfg: dict, creds: tuple[str, str], ids: list[str]) -
     return images
 
 
-def fetch_playlist(settings) -> tuple[dict, list[dict], dict[str, str | None]]:
-    """Read the playlist, all its items and its artists' pictures from the API; (playlist row, track
-    rows, picture by artist id for the artists looked up). Raises FeedError when the playlist fails."""
+def fetch_playlist(settings, known_artists: frozenset[str] = frozenset()) -> tuple[dict, list[dict], dict[str, str | None]]:
+    """Read the playlist, all its items and the pictures of its artists not in `known_artists` from
+    the API; (playlist row, track rows, picture by artist id for the artists looked up). Raises
+    FeedError when the playlist fails."""
     cfg = _config(settings)
     client_id, secret = settings.secret("SPOTIFY_CLIENT_ID"), settings.secret("SPOTIFY_CLIENT_SECRET")
     if not client_id or not secret:
@@ -200,7 +208,8 @@ def fetch_playlist(settings) -> tuple[dict, list[dict], dict[str, str | None]]:
                 raise FeedError("The Spotify playlist pointed its next page outside the API.")
             page = _paging(_api(session, cfg, creds, next_url, "A Spotify playlist page"), "A Spotify playlist page")
         rows = rows[: cfg["max_tracks"]]
-        ids = list(dict.fromkeys(a["id"] for row in rows for a in row["artists"] if isinstance(a["id"], str) and a["id"]))
+        ids = list(dict.fromkeys(a["id"] for row in rows for a in row["artists"]
+                                 if isinstance(a["id"], str) and a["id"] and a["id"] not in known_artists))
         images = _artist_images(session, cfg, creds, ids)
     head = {
         "playlist_id": cfg["playlist_id"],
@@ -213,19 +222,35 @@ def fetch_playlist(settings) -> tuple[dict, list[dict], dict[str, str | None]]:
 
 
 def _stored_images(conn: sqlite3.Connection, playlist_id: str) -> dict[str, str | None]:
+    """Pictures by artist id: those in the stored tracks (a site.db from before tracks_artists), then
+    every looked-up one."""
     stored = conn.execute("SELECT artists FROM tracks WHERE playlist_id = ?", (playlist_id,)).fetchall()
-    return {a["id"]: a.get("image_url") for row in stored for a in json.loads(row["artists"]) if a.get("id")}
+    images = {a["id"]: a.get("image_url") for row in stored for a in json.loads(row["artists"]) if a.get("id")}
+    return {**images, **{r["id"]: r["image_url"] for r in conn.execute("SELECT id, image_url FROM tracks_artists")}}
+
+
+def _recent_artists(settings) -> frozenset[str]:
+    """Artists looked up within `artist_cache_days`; none while nothing is stored yet."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - option(settings, "artist_cache_days", 30) * 86400))
+    try:
+        with closing(db.connect(settings.db_path, readonly=True)) as conn:
+            return frozenset(r["id"] for r in conn.execute("SELECT id FROM tracks_artists WHERE looked_up > ?", (since,)))
+    except sqlite3.Error:
+        return frozenset()
 
 
 def run_tracks(settings) -> str:
     """Job (hourly): refresh the stored playlist. Raises when it cannot; the old copy stays."""
     if not option(settings, "playlist_id", "").strip():
         return "no playlist set ([feeds] playlist_id); nothing to read"
-    head, rows, images = fetch_playlist(settings)
+    recent = _recent_artists(settings)
+    head, rows, images = fetch_playlist(settings, recent)
     conn = db.writer(settings.db_path)
     try:
         with db.transaction(conn):
-            known = {**_stored_images(conn, head["playlist_id"]), **images}  # unanswered: the stored picture
+            conn.executemany("INSERT OR REPLACE INTO tracks_artists VALUES (?, ?, ?)",
+                             [(artist, url, head["fetched_at"]) for artist, url in images.items()])
+            known = _stored_images(conn, head["playlist_id"])  # unanswered: the stored picture
             for row in rows:
                 row["artists"] = json.dumps([{**a, "image_url": known.get(a["id"])} for a in row["artists"]])
             conn.execute("DELETE FROM tracks WHERE playlist_id = ?", (head["playlist_id"],))
@@ -241,7 +266,9 @@ def run_tracks(settings) -> str:
                 " :track_count, :fetched_at)", head)
     finally:
         conn.close()
-    return f"playlist {head['playlist_name']!r}: {len(rows)} tracks, {len(images)} artists looked up"
+    cached = len({a["id"] for row in rows for a in json.loads(row["artists"])} & recent)
+    return (f"playlist {head['playlist_name']!r}: {len(rows)} tracks, {len(images)} artists looked up, "
+            f"{cached} pictures younger than {option(settings, 'artist_cache_days', 30)} days kept")
 
 
 def _error(status: int, sentence: str, code: str) -> ApiError:
