@@ -293,6 +293,11 @@ def variants(settings, conn) -> None:
     table.update(corpus_corrections(questions["raw"], shipped_units))
     model_rank = np.argsort(np.argsort(-table["shipped: centroid of 'title. description' + passages"], axis=1), axis=1) + 1
     table["shipped + lexical, reciprocal-rank fusion (k 3, lexical 0.2)"] = 1 / (3 + model_rank) + 0.2 / (3 + lexical)
+    first_pass = table["shipped: centroid of 'title. description' + passages"]
+    for k, beta in ((2, 0.2), (5, 0.2), (10, 0.2)):  # Rocchio: the question moved towards its own top-k pages
+        moved = questions["raw"] + beta * shipped[np.argsort(-first_pass, axis=1)[:, :k]].mean(axis=1)
+        table[f"shipped + pseudo-relevance feedback (Rocchio, k {k}, beta {beta})"] = \
+            (moved / np.linalg.norm(moved, axis=1, keepdims=True)) @ shipped.T
 
     def figures(scores, picked):
         ranks = (scores[picked] > scores[picked, targets[picked]][:, None]).sum(axis=1) + 1
