@@ -8,16 +8,17 @@ and body in one write instead of two: /search.json 3,900 -> 5,600 requests/s and
 ceiling 5,200 -> 8,500 (bench/bench_search.py). On its own it would also hold back every frame of an
 event stream until 18 KB had gathered, so a short /ask stream would arrive whole once ranked; the
 task below sends each piece of an unsized (streamed) response at once, and sized responses keep
-the single write.
+the single write. waitress's own error answers are JSON, like the app's.
 """
 from __future__ import annotations
 
 import copy
+import json
 import warnings
 
 import waitress.server
 from waitress.channel import HTTPChannel
-from waitress.task import WSGITask
+from waitress.task import ErrorTask, WSGITask
 
 OPTIONS = dict(host="127.0.0.1", threads=8, send_bytes=18000)
 # Behind the trusted local proxy (Caddy), whose X-Forwarded-For becomes REMOTE_ADDR.
@@ -43,8 +44,29 @@ class StreamingTask(WSGITask):
         super().write(data)
 
 
+class JsonErrorTask(ErrorTask):
+    """waitress's own answers to a request it cannot take (unparseable, headers or body over its
+    limits, an unknown transfer coding) as the JSON error every other answer is, not a text page."""
+
+    ADVICE = {400: "send a well-formed HTTP/1.1 request", 413: "send a smaller body",
+              431: "send fewer or shorter headers", 501: "send it without that transfer coding"}
+    CODES = {400: "bad_request", 413: "body_too_large", 431: "headers_too_large", 501: "not_implemented"}
+
+    def execute(self):
+        error = self.request.error
+        detail = " ".join(str(error.body).split()).rstrip(".")
+        body = json.dumps({"error": f"{error.reason}: {detail}; {self.ADVICE.get(error.code, 'try again later')}.",
+                           "code": self.CODES.get(error.code, "internal_error"), "status": error.code}).encode()
+        self.status = f"{error.code} {error.reason}"
+        self.response_headers.extend([("Content-Type", "application/json"), ("Cache-Control", "no-store")])
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+
+
 class StreamingChannel(HTTPChannel):
     task_class = StreamingTask
+    error_task_class = JsonErrorTask
 
 
 def create_server(app, behind_proxy: bool = True, **overrides):
