@@ -58,7 +58,8 @@ class JsonErrorTask(ErrorTask):
         body = json.dumps({"error": f"{error.reason}: {detail}; {self.ADVICE.get(error.code, 'try again later')}.",
                            "code": self.CODES.get(error.code, "internal_error"), "status": error.code}).encode()
         self.status = f"{error.code} {error.reason}"
-        self.response_headers.extend([("Content-Type", "application/json"), ("Cache-Control", "no-store")])
+        self.response_headers.extend([("Content-Type", "application/json"), ("Cache-Control", "no-store"),
+                                      ("Access-Control-Allow-Origin", "*")])  # a browser page can read why
         self.set_close_on_finish()
         self.content_length = len(body)
         self.write(body)
