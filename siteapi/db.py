@@ -117,8 +117,9 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
-def now_iso() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def now_iso(ago_s: float = 0) -> str:
+    """UTC now (or `ago_s` seconds before) as site.db stores times: 2026-11-21T08:17:00Z."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - ago_s))
 
 
 def start_job_run(conn: sqlite3.Connection, name: str) -> int:

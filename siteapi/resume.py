@@ -65,10 +65,11 @@ def markdown(resume: object, canonical: str) -> str:
     if _text(basics.get("label")):
         out += [f"**{_text(basics['label'])}**", ""]
     location = basics.get("location") if isinstance(basics.get("location"), dict) else {}
+    email, url = _text(basics.get("email")), _text(basics.get("url"))
     contact = [part for part in (
         ", ".join(filter(None, (_text(location.get(k)) for k in ("city", "region", "countryCode")))),
-        _link(_text(basics.get("email")), "mailto:" + _text(basics.get("email"))) if _text(basics.get("email")) else "",
-        _link(_text(basics.get("url")), _text(basics.get("url"))),
+        _link(email, "mailto:" + email) if email else "",
+        _link(url, url),
         *(_link(_text(p.get("network")) or _text(p.get("url")), _text(p.get("url"))) for p in _entries(basics.get("profiles"))),
     ) if part]
     if contact:

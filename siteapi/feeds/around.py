@@ -257,7 +257,7 @@ def run_around(settings, fetcher: Fetcher | None = None) -> str:
         raise FeedError(f"The crawl reached none of the {len(rows)} firms (robots.txt unavailable or the homepage"
                         " failed for each); the last snapshot stays.")
     crawled_at = db.now_iso()
-    cutoff = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=KEEP_DAYS)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cutoff = db.now_iso(ago_s=KEEP_DAYS * 86400)
     conn = db.writer(settings.db_path)
     changed = 0
     try:

@@ -229,12 +229,12 @@ def _stored_images(conn: sqlite3.Connection, playlist_id: str) -> dict[str, str 
     return {**images, **{r["id"]: r["image_url"] for r in conn.execute("SELECT id, image_url FROM tracks_artists")}}
 
 
-def _recent_artists(settings) -> frozenset[str]:
-    """Artists looked up within `artist_cache_days`; none while nothing is stored yet."""
-    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - option(settings, "artist_cache_days", 30) * 86400))
+def _recent_artists(settings, days: int) -> frozenset[str]:
+    """Artists looked up within `days`; none while nothing is stored yet."""
     try:
         with closing(db.connect(settings.db_path, readonly=True)) as conn:
-            return frozenset(r["id"] for r in conn.execute("SELECT id FROM tracks_artists WHERE looked_up > ?", (since,)))
+            return frozenset(r["id"] for r in conn.execute("SELECT id FROM tracks_artists WHERE looked_up > ?",
+                                                           (db.now_iso(ago_s=days * 86400),)))
     except sqlite3.Error:
         return frozenset()
 
@@ -243,8 +243,10 @@ def run_tracks(settings) -> str:
     """Job (hourly): refresh the stored playlist. Raises when it cannot; the old copy stays."""
     if not option(settings, "playlist_id", "").strip():
         return "no playlist set ([feeds] playlist_id); nothing to read"
-    recent = _recent_artists(settings)
+    days = option(settings, "artist_cache_days", 30)
+    recent = _recent_artists(settings, days)
     head, rows, images = fetch_playlist(settings, recent)
+    kept = len({a["id"] for row in rows for a in row["artists"]} & recent)
     conn = db.writer(settings.db_path)
     try:
         with db.transaction(conn):
@@ -266,9 +268,8 @@ def run_tracks(settings) -> str:
                 " :track_count, :fetched_at)", head)
     finally:
         conn.close()
-    cached = len({a["id"] for row in rows for a in json.loads(row["artists"])} & recent)
     return (f"playlist {head['playlist_name']!r}: {len(rows)} tracks, {len(images)} artists looked up, "
-            f"{cached} pictures younger than {option(settings, 'artist_cache_days', 30)} days kept")
+            f"{kept} pictures younger than {days} days kept")
 
 
 def _error(status: int, sentence: str, code: str) -> ApiError:
