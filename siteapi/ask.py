@@ -122,9 +122,9 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
     query_id = _clean(params.get("query_id", "")) or str(uuid.uuid4())
     fields: dict = {}       # legacy-named values from the body (they win over the query string)
     dialect = "legacy"
+    if method == "POST" and body is not None and len(body) > MAX_BODY:
+        raise _bad("body", f"The request body is over {MAX_BODY} bytes; send at most {MAX_BODY} bytes of JSON.", query_id)
     if method == "POST" and body is not None and body.strip():
-        if len(body) > MAX_BODY:
-            raise _bad("body", f"The request body is over {MAX_BODY} bytes; send at most {MAX_BODY} bytes of JSON.", query_id)
         ctype = (content_type or "").split(";")[0].strip().lower()
         if ctype == "application/x-www-form-urlencoded" and not body.lstrip().startswith((b"{", b"[", b'"')):
             fields = dict(parse_qsl(body.decode("utf-8", "replace")))

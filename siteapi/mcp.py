@@ -12,7 +12,8 @@ map to HTTP statuses (404 for an unknown method, 400 for the rest). A request is
 `_meta` names a protocol version.
 
 Tool arguments: an endpoint tool's bounds (minimum, maximum, maxLength) are documentation, not
-refusals, because the endpoint clamps or truncates them as it does over HTTP. Arguments that break
+refusals, because the endpoint clamps or truncates them as it does over HTTP; the one hard limit is
+a string over 16 KiB, which no endpoint takes (it would not fit a query string). Arguments that break
 the schema otherwise are -32602 up to 2025-06-18 and, from 2025-11-25 on, a result with `isError`
 that a model can read and correct (the tools chapter moved input validation there).
 """
@@ -28,7 +29,7 @@ from jsonschema import Draft202012Validator
 
 from siteapi import openapi
 from siteapi.mcp_tools import InProcess, Outcome, Tool, endpoint_tools, snapshot_tools
-from siteapi.web import MAX_BODY_BYTES, Reply, body, caller, header
+from siteapi.web import MAX_BODY_BYTES, MAX_QUERY_BYTES, Reply, body, caller, header
 
 log = logging.getLogger("siteapi.mcp")
 
@@ -40,7 +41,7 @@ MODERN_VERSIONS = ("2026-07-28",)
 ALL_VERSIONS = HANDSHAKE_VERSIONS + MODERN_VERSIONS
 ASSUMED_VERSION = "2025-03-26"  # a handshake-era request without MCP-Protocol-Version
 MAX_BATCH = 16
-MAX_STRING = 4096
+MAX_STRING = MAX_QUERY_BYTES  # no endpoint takes a longer value: it would not fit a query string
 LIST_TTL_MS = 3_600_000
 VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
 CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
@@ -186,7 +187,7 @@ class McpServer:
             return rpc_error(msg_id, INVALID_REQUEST, "initialize must be sent on its own, not in a batch.")
         try:
             if not isinstance(params, dict):
-                raise RpcError(INVALID_PARAMS, "params must be an object, not an array.")
+                raise RpcError(INVALID_PARAMS, f"params must be an object, not {'null' if params is None else 'an array'}.")
             if modern:
                 version = self._check_envelope(method, params)
                 result = self._modern(method, params, version)
@@ -294,7 +295,7 @@ class McpServer:
         """What is wrong with a tool's arguments, as a sentence, or None."""
         too_long = [k for k, v in arguments.items() if isinstance(v, str) and len(v) > MAX_STRING]
         if too_long:
-            return f"Argument {too_long[0][:40]!r} is longer than {MAX_STRING} characters."
+            return f"Argument {too_long[0][:40]!r} is longer than {MAX_STRING} characters, more than any tool takes."
         error = next(iter(sorted(self.validators[name].iter_errors(arguments), key=lambda e: e.path)), None)
         if error is None:
             return None

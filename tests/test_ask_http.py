@@ -221,6 +221,12 @@ def test_an_oversized_body_is_refused_without_misstating_its_size(client):
     assert "over 65536 bytes" in r.json()["error"]
 
 
+@pytest.mark.parametrize("body", [b" " * 70_000, b" " * 70_000 + b'{"query": {"text": "coffee"}}'])
+def test_leading_whitespace_does_not_slip_a_body_past_the_size_limit(client, body):
+    r = client.post("/ask?query=coffee&streaming=0", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["parameter"] == "body" and "over 65536 bytes" in r.json()["error"]
+
+
 @pytest.mark.parametrize("content", [b'{"query": {"text": "car"}, "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
                                      b"[" * 30000])
 def test_deeply_nested_json_is_a_400_on_body(client, content):

@@ -178,6 +178,8 @@ def test_tools_clamp_and_truncate_what_their_endpoints_clamp_and_truncate(api, v
     assert structured("search_site", {"q": "carburetor " + "x" * 200})["query"] == api.get(
         "/search.json", params={"q": "carburetor " + "x" * 200}).json()["query"]
     assert len(structured("ask", {"query": "how do I tune carburetors", "top_k": 0})["results"]) == 1
+    long_question = "how do I tune carburetors " * 200  # 5,200 characters: GET /ask answers it, so the tool does
+    assert structured("ask", {"query": long_question, "top_k": 2})["results"]
     assert structured("photo_query", {"camera": "X" * 121})["total"] == api.get(
         "/photos/query.json", params={"camera": "X" * 121}).json()["total"]
     assert structured("change_radar", {"limit": 500})["ok"] is not None
@@ -207,6 +209,13 @@ def test_malformed_messages_get_the_right_json_rpc_error(api, raw, code, status)
     assert response.status_code == status
     assert response.json()["jsonrpc"] == "2.0" and error_code(response) == code
     assert len(response.json()["error"]["message"]) < 400
+
+
+@pytest.mark.parametrize("params, named", [("null", "not null"), ("[1]", "not an array")])
+def test_params_that_are_not_an_object_are_named_as_sent(api, params, named):
+    raw = '{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": %s}' % params
+    response = call(api, None, raw=raw.encode())
+    assert error_code(response) == -32602 and named in response.json()["error"]["message"]
 
 
 def test_batches_are_answered_in_order_and_capped(api):
@@ -388,6 +397,8 @@ def test_snapshot_tools_store_read_compare_and_have_their_own_budget(lens_api):
 
     read = tool_call(api, "representation_read", {"snapshot_id": snapshot_id}).json()["result"]
     assert read["structuredContent"]["snapshot"]["id"] == snapshot_id
+    as_float = tool_call(api, "representation_read", {"snapshot_id": float(snapshot_id)}).json()["result"]
+    assert as_float["structuredContent"] == read["structuredContent"]  # 1.0 is an integer to JSON Schema
     Draft202012Validator(tools["representation_read"]["outputSchema"]).validate(read["structuredContent"])
     compared = tool_call(api, "representation_compare", {"snapshot_id": snapshot_id}).json()["result"]
     assert compared["isError"] is False

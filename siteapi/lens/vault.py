@@ -148,8 +148,9 @@ def _store(conn: sqlite3.Connection, rows: list[dict]) -> list[int]:
 
 def _row(conn: sqlite3.Connection, snapshot_id) -> dict:
     try:
-        key = int(str(snapshot_id).strip())
-    except (TypeError, ValueError):
+        # JSON's 1.0 is the integer 1 to JSON Schema, so an MCP client may send it that way
+        key = int(snapshot_id) if isinstance(snapshot_id, float) and snapshot_id.is_integer() else int(str(snapshot_id).strip())
+    except (TypeError, ValueError, OverflowError):
         raise ApiError(400, "snapshot_id must be the whole number a capture returned.", code="bad_snapshot_id",
                        parameter="snapshot_id") from None
     row = None
