@@ -2,7 +2,8 @@
 
 Every path is one site behaviour: a rich page, frame headers, and each hostile answer the lens
 must survive (slow, dripping, reset, garbage status line, redirect loops and redirects to private
-addresses, 10 MB bodies, compression bombs, broken encodings and charsets, binary sent as HTML,
+addresses or to a malformed URL, 103 Early Hints before the answer, an event stream that stays
+open, 10 MB bodies, compression bombs, broken encodings and charsets, binary sent as HTML,
 deep nesting, 50,000 JSON-LD blocks). `loopback_fetcher()` reaches it through the fetcher's
 seams: a policy that allows exactly this server's (127.0.0.1, port) and a stub resolver.
 """
@@ -142,6 +143,9 @@ class Handler(BaseHTTPRequestHandler):
             "/to-rebind": lambda: self.redirect(f"http://rebind.test:{port}/rich"),
             "/to-other-port": lambda: self.redirect("http://shop.test:8080/"),
             "/to-ftp": lambda: self.redirect("ftp://shop.test/file"),
+            "/to-template-host": lambda: self.redirect("http://[YOUR-DOMAIN]/"),
+            "/early-hints": self.early_hints,
+            "/held-stream": self.held_stream,
             "/negotiate": self.negotiate,
             "/changing": self.changing,
         }
@@ -193,6 +197,22 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"<p>")
                 self.wfile.flush()
                 time.sleep(0.1)
+        except OSError:
+            pass
+
+    def early_hints(self):
+        self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+        self.send(200, b"<title>after the hints</title>")
+
+    def held_stream(self):
+        """An event stream that stays open, as an MCP or NLWeb server's GET does."""
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(b'event: message\ndata: {"jsonrpc":"2.0","method":"ping"}\n\n')
+            self.wfile.flush()
+            self._sleep(30)
         except OSError:
             pass
 

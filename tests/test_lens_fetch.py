@@ -7,6 +7,8 @@ import time
 import pytest
 
 import lens_web
+from siteapi.lens import agent
+from siteapi.lens.discovery import Subrequests
 from siteapi.lens.fetch import (PRODUCTION_POLICY, AddressPolicy, Fetcher, FetchFailed, FetchRefused,
                                 classify_address, decode_body, parse_target)
 
@@ -195,6 +197,33 @@ def test_redirects_are_followed_by_hand_up_to_the_limit(web):
         fetcher.fetch(web.url("/chain/6"))
     with pytest.raises(FetchFailed, match="loop"):
         fetcher.fetch(web.url("/loop-a"))
+
+
+def test_a_redirect_to_a_malformed_url_is_a_failure_with_a_sentence(web):
+    with pytest.raises(FetchFailed, match=r"redirected to a malformed URL \('http://\[YOUR-DOMAIN\]/'\)"):
+        lens_web.loopback_fetcher(web).fetch(web.url("/to-template-host"))
+
+
+def test_interim_answers_are_skipped_for_the_final_one(web):
+    result = lens_web.loopback_fetcher(web).fetch(web.url("/early-hints"))
+    assert result.status == 200 and result.body == b"<title>after the hints</title>"
+
+
+def test_a_stream_held_open_is_kept_as_far_as_it_came_only_when_asked(web):
+    fetcher = lens_web.loopback_fetcher(web)
+    result = fetcher.fetch(web.url("/held-stream"), deadline=time.monotonic() + 1, keep_partial=True)
+    assert result.status == 200 and result.content_type == "text/event-stream" and result.truncated
+    assert result.body.startswith(b"event: message\ndata:")
+    with pytest.raises(FetchFailed, match=r"\(1s timeout\)"):  # the deadline it had, not the fetcher's 8 s
+        fetcher.fetch(web.url("/held-stream"), deadline=time.monotonic() + 1)
+
+
+def test_the_agent_probe_reads_an_mcp_stream_that_stays_open_as_mcp(web):
+    sub = Subrequests(lens_web.loopback_fetcher(web), time.monotonic() + 10, cap=5, probe_timeout_s=5)
+    answer = agent.fetch_endpoint(sub, web.url("/held-stream"))
+    assert answer["status"] == 200 and answer["contentType"] == "text/event-stream"
+    assert agent.mcp_verdict(answer, server_card=False)["verdict"] == "yes"
+    assert agent.nlweb_verdict(answer)["verdict"] == "likely"
 
 
 @pytest.mark.parametrize("path, sentence", [

@@ -31,8 +31,9 @@ def endpoint_answer(result: FetchResult | None, error: str | None) -> dict:
 
 def fetch_endpoint(sub: Subrequests, url: str) -> dict:
     try:
-        # a streaming answer never ends by itself: a small cap and a short timeout read its start
-        return endpoint_answer(sub.fetch(url, {"Accept": MCP_ACCEPT}, cap_bytes=2048, timeout_s=3.0), None)
+        # a streaming answer never ends by itself: a small cap and a short timeout read its start,
+        # and what came before the timeout (status, type, first events) is the answer
+        return endpoint_answer(sub.fetch(url, {"Accept": MCP_ACCEPT}, cap_bytes=2048, timeout_s=3.0, keep_partial=True), None)
     except (FetchFailed, FetchRefused, CapReached) as failed:
         return endpoint_answer(None, str(failed))
 

@@ -16,10 +16,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 from .. import db
-from .fetch import FetchFailed, Fetcher, FetchRefused, FetchResult, parse_target
+from .fetch import FetchFailed, Fetcher, FetchRefused, FetchResult, join_url, parse_target
 from .page import is_binary, mime_of
 
 PROBE_BODY_CHARS = 2_000          # a probe's `body` in the observation
@@ -69,12 +69,13 @@ class Subrequests:
         return self.deadline - time.monotonic()
 
     def fetch(self, url: str, headers: dict | None = None, cap_bytes: int = PROBE_CAP,
-              timeout_s: float | None = None) -> FetchResult:
+              timeout_s: float | None = None, keep_partial: bool = False) -> FetchResult:
         self.take()
         if self.remaining() <= 0:
             raise FetchFailed("not fetched: the scan's deadline had passed")
         own = time.monotonic() + (timeout_s or self.probe_timeout_s)
-        return self.fetcher.fetch(url, headers, cap_bytes=cap_bytes, deadline=min(self.deadline, own))
+        return self.fetcher.fetch(url, headers, cap_bytes=cap_bytes, deadline=min(self.deadline, own),
+                                  keep_partial=keep_partial)
 
 
 # --- what a body is -----------------------------------------------------------------------------
@@ -318,7 +319,7 @@ def declared_sitemaps(robots: str | None, origin: str) -> list[str]:
     if not robots:
         return []
     found = re.findall(r"^\s*sitemap\s*:\s*(\S+)", robots, re.I | re.M)
-    return [urljoin(origin + "/", url) for url in found[:5]]
+    return [url for url in (join_url(origin + "/", found_url) for found_url in found[:5]) if url]
 
 
 def sitemap_declared(sub: Subrequests, robots: str | None, origin: str, sitemap: dict | None) -> dict | None:

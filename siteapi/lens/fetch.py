@@ -31,7 +31,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from http.client import BadStatusLine, LineTooLong, RemoteDisconnected
+from http.client import BadStatusLine, HTTPResponse, LineTooLong, RemoteDisconnected, parse_headers
 from typing import Callable, Iterable, Mapping
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -355,6 +355,7 @@ class _Watchdog:
 
     def __init__(self, deadline: float):
         self.deadline = deadline
+        self.budget_s = deadline - time.monotonic()
         self.fired = False
         self._socks: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -397,7 +398,21 @@ class _Watchdog:
 _current = threading.local()
 
 
+class _FinalResponse(HTTPResponse):
+    """Skips interim 1xx answers such as 103 Early Hints: http.client skips only 100 Continue and
+    would report the hint as the final status with an empty body."""
+
+    def _read_status(self):
+        while True:
+            version, status, reason = super()._read_status()
+            if status >= 200 or status in (100, 101):
+                return version, status, reason
+            parse_headers(self.fp)  # the interim answer's headers
+
+
 class _WatchedHTTPConnection(HTTPConnection):
+    response_class = _FinalResponse
+
     def _new_conn(self):
         sock = super()._new_conn()
         _current.watchdog.watch(sock)
@@ -405,6 +420,8 @@ class _WatchedHTTPConnection(HTTPConnection):
 
 
 class _WatchedHTTPSConnection(HTTPSConnection):
+    response_class = _FinalResponse
+
     def _new_conn(self):
         sock = super()._new_conn()
         _current.watchdog.watch(sock)
@@ -460,8 +477,10 @@ class Fetcher:
         return target
 
     def fetch(self, url: str, headers: Mapping[str, str] | None = None, *, cap_bytes: int | None = None,
-              deadline: float | None = None) -> FetchResult:
-        """GET `url`, following redirects by hand. Raises FetchRefused or FetchFailed."""
+              deadline: float | None = None, keep_partial: bool = False) -> FetchResult:
+        """GET `url`, following redirects by hand. Raises FetchRefused or FetchFailed. With
+        `keep_partial`, a body still arriving at the deadline (an event stream that stays open) is
+        returned as far as it came, marked truncated, instead of failing the fetch."""
         started = time.monotonic()
         deadline = min(deadline or float("inf"), started + self.timeout_s)
         cap = cap_bytes or self.cap_bytes
@@ -475,14 +494,17 @@ class Fetcher:
                 response = self._open(target, headers or {}, watchdog, hop=len(redirects))
                 location = response.headers.get("location")
                 if response.status not in REDIRECT_STATUSES or not location:
-                    raw, raw_truncated = self._read(response, cap, watchdog)
+                    raw, raw_truncated = self._read(response, cap, watchdog, keep_partial)
                     break
                 response.close()
                 if len(redirects) >= self.max_redirects:
                     raise FetchFailed(f"The site redirected more than {self.max_redirects} times.")
                 redirects.append(target.url)
+                joined = join_url(target.url, location.strip())
+                if joined is None:
+                    raise FetchFailed(f"The site redirected to a malformed URL ({location.strip()[:200]!r}).")
                 try:
-                    target = parse_target(urljoin(target.url, location.strip()), self.policy)
+                    target = parse_target(joined, self.policy)
                 except FetchRefused as refused:
                     raise FetchFailed(f"The site redirected to a URL the lens refuses: {refused}") from None
                 if target.url in redirects:
@@ -490,9 +512,10 @@ class Fetcher:
         finally:
             watchdog.close()
             _current.watchdog = None
-        if watchdog.fired:
-            raise FetchFailed(TIMEOUT_SENTENCE.format(seconds=_seconds(self.timeout_s)))
+        if watchdog.fired and not keep_partial:
+            raise _timed_out(watchdog.budget_s)
         out_headers = _headers(response)
+        raw_truncated = raw_truncated or watchdog.fired
         body, decoded_capped, unreadable = decode_body(raw, out_headers.get("content-encoding", ""), cap, raw_truncated)
         return FetchResult(
             url=asked, final_url=target.url, status=response.status, headers=out_headers, body=body,
@@ -504,9 +527,9 @@ class Fetcher:
         """Every address a checked target's name resolves to, against the policy, without connecting:
         for a URL that someone else fetches (mode=cloudflare's scanner), so a name that leads inside
         is refused (FetchRefused) as a fetch would refuse it. FetchFailed when it does not resolve."""
-        self._addresses(target, time.monotonic() + self.timeout_s, hop=0)
+        self._addresses(target, time.monotonic() + self.timeout_s, self.timeout_s, hop=0)
 
-    def _addresses(self, target: Target, deadline: float, hop: int) -> list[str]:
+    def _addresses(self, target: Target, deadline: float, budget_s: float, hop: int) -> list[str]:
         if target.literal:
             addresses = [target.host]
         else:
@@ -516,7 +539,7 @@ class Fetcher:
                 addresses = []
             if not addresses:
                 if deadline <= time.monotonic():
-                    raise FetchFailed(TIMEOUT_SENTENCE.format(seconds=_seconds(self.timeout_s)))
+                    raise _timed_out(budget_s)
                 raise FetchFailed(f"The name {target.host} does not resolve to an address.")
         for address in addresses:  # every answer, so one public record cannot cover a private one
             reason = self.policy.refusal(address, target.port)
@@ -527,7 +550,7 @@ class Fetcher:
         return addresses
 
     def _open(self, target: Target, extra: Mapping[str, str], watchdog: _Watchdog, hop: int):
-        addresses = self._addresses(target, watchdog.deadline, hop)
+        addresses = self._addresses(target, watchdog.deadline, watchdog.budget_s, hop)
         request_headers = {"Host": target.host_header, "User-Agent": self.user_agent, "Accept": ACCEPT_HTML,
                            "Accept-Encoding": ACCEPT_ENCODING, "Connection": "close"}
         request_headers.update({k: v for k, v in extra.items() if k.lower() != "host"})
@@ -562,7 +585,7 @@ class Fetcher:
             pool.ConnectionCls = _WatchedHTTPConnection
         return pool
 
-    def _read(self, response, cap: int, watchdog: _Watchdog) -> tuple[bytes, bool]:
+    def _read(self, response, cap: int, watchdog: _Watchdog, keep_partial: bool) -> tuple[bytes, bool]:
         raw = bytearray()
         try:
             while len(raw) <= cap:
@@ -571,8 +594,8 @@ class Fetcher:
                     break
                 raw += chunk
         except Exception:
-            if watchdog.fired:
-                raise FetchFailed(TIMEOUT_SENTENCE.format(seconds=_seconds(self.timeout_s))) from None
+            if watchdog.fired and not keep_partial:
+                raise _timed_out(watchdog.budget_s) from None
             # the connection broke mid-body: keep what arrived and say it is incomplete
             return bytes(raw[:cap]), True
         finally:
@@ -584,7 +607,7 @@ class Fetcher:
         connect_failed = isinstance(exc, NewConnectionError) and not any(isinstance(c, TimeoutError) for c in _causes(exc))
         if watchdog.fired or watchdog.remaining() <= 0 or (
                 isinstance(exc, (ConnectTimeoutError, ReadTimeoutError)) and not connect_failed):
-            return FetchFailed(TIMEOUT_SENTENCE.format(seconds=_seconds(self.timeout_s)))
+            return _timed_out(watchdog.budget_s)
         cause = next((c for c in _causes(exc) if isinstance(c, (BadStatusLine, LineTooLong, RemoteDisconnected,
                                                                ConnectionResetError, ConnectionRefusedError))), None)
         if isinstance(cause, RemoteDisconnected):
@@ -611,6 +634,15 @@ def _causes(exc: BaseException | None, depth: int = 6):
         depth -= 1
 
 
+def join_url(base: str, reference: str) -> str | None:
+    """`reference` resolved against `base`, or None when it cannot be (urljoin raises on a broken
+    bracketed host such as `http://[YOUR-DOMAIN]/`, which templates leave in real pages)."""
+    try:
+        return urljoin(base, reference)
+    except ValueError:
+        return None
+
+
 def _headers(response) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in response.headers.items():
@@ -620,8 +652,10 @@ def _headers(response) -> dict[str, str]:
     return out
 
 
-def _seconds(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
+def _timed_out(budget_s: float) -> FetchFailed:
+    """The timeout failure, naming the budget this fetch had (a probe's is shorter than a page's)."""
+    seconds = round(budget_s, 1)
+    return FetchFailed(TIMEOUT_SENTENCE.format(seconds=int(seconds) if seconds.is_integer() else seconds))
 
 
 def lens_settings(settings) -> dict:
