@@ -117,6 +117,66 @@ def test_frame_ancestors_naming_this_site():
     assert page.frame_policy(headers, "https://other.example/", "aadhar.sh")[0] is False
 
 
+@pytest.mark.parametrize("csp, framable, reason", [
+    # A header sent twice arrives comma-joined: every policy is enforced, so one refusal wins.
+    ("frame-ancestors *, frame-ancestors 'none'", False, "Content-Security-Policy frame-ancestors 'none'"),
+    ("frame-ancestors https://aadhar.sh, default-src 'self', frame-ancestors", False,
+     "Content-Security-Policy frame-ancestors 'none'"),
+    ("frame-ancestors *, frame-ancestors https://aadhar.sh", True,
+     "Content-Security-Policy frame-ancestors *, frame-ancestors https://aadhar.sh"),
+    # Within one policy a repeated directive is ignored.
+    ("frame-ancestors https://aadhar.sh; frame-ancestors 'none'", True, "Content-Security-Policy frame-ancestors https://aadhar.sh"),
+])
+def test_frame_ancestors_in_every_policy_must_allow(csp, framable, reason):
+    headers = {"content-security-policy": csp, "x-frame-options": "DENY"}
+    assert page.frame_policy(headers, "https://other.example/", "aadhar.sh") == (framable, reason)
+
+
+def test_report_only_csp_does_not_decide_framing():
+    only_reported = {"content-security-policy-report-only": "frame-ancestors 'none'"}
+    assert page.frame_policy(only_reported, "https://other.example/", "aadhar.sh") == (True, None)
+    reported_allow = {"content-security-policy-report-only": "frame-ancestors *", "x-frame-options": "DENY"}
+    assert page.frame_policy(reported_allow, "https://other.example/", "aadhar.sh") == (False, "X-Frame-Options: DENY")
+
+
+@pytest.mark.parametrize("declaration", [
+    '<meta charset="utf-16">', "<meta charset=UTF-16LE>", '<meta charset="utf-16be">', '<meta charset="utf-32">',
+    '<meta http-equiv="Content-Type" content="text/html; charset=utf-16">',
+])
+def test_meta_declared_utf16_is_read_as_utf8(declaration):
+    body = f"<html><head>{declaration}<title>Hello there café</title></head><body><p>Two words</p></body></html>"
+    analysed = page.analyse(body.encode(), "text/html", {}, "https://x.example/")
+    assert analysed.structured["title"] == "Hello there café" and analysed.anatomy["text"] == "Two words"
+
+
+def test_only_a_bom_or_the_header_selects_utf16():
+    html = '<meta charset="utf-16"><title>Hello</title>'
+    assert page.decode_text(html.encode("utf-16-le"), "text/html; charset=utf-16le", True) == (html, "utf-16le")
+    assert page.decode_text(html.encode("utf-16"), "text/html", True) == (html, "utf-16")
+    assert page.decode_text(html.encode(), "text/html; charset=rot13", True) == (html, "utf-8")
+    user_defined = b'<meta charset="x-user-defined"><title>caf\xe9</title>'
+    assert page.decode_text(user_defined, "text/html", True) == ('<meta charset="x-user-defined"><title>café</title>',
+                                                                "windows-1252")
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "1" + "0" * 400 + ".5"])
+def test_jsonld_number_beyond_a_double_is_invalid(number):
+    block = f'{{"a": {number}, "@type": "Big"}}'
+    body = f'<script type="application/ld+json">{block}</script>'.encode()
+    [entry] = page.analyse(body, "text/html", {}, "https://x.example/").structured["jsonld"]
+    assert entry["valid"] is False and entry["raw"] == block
+    assert entry["error"] == f"the number {number[:40]} does not fit in a double"
+
+
+def test_jsonld_numbers_that_fit_are_reserialized_as_json():
+    block = '{"@type": "Fits", "max": 1.7976931348623157e308, "tiny": 1e-400, "huge": 123456789012345678901234567890}'
+    body = f'<script type="application/ld+json">{block}</script>'.encode()
+    [entry] = page.analyse(body, "text/html", {}, "https://x.example/").structured["jsonld"]
+    assert entry["valid"] is True and entry["types"] == ["Fits"]
+    data = json.loads(entry["json"])
+    assert json.dumps(data, allow_nan=False) and data["huge"] == 123456789012345678901234567890
+
+
 @pytest.mark.parametrize("path", ["/gzip-page", "/br-page", "/zstd-page", "/deflate-page"])
 def test_compressed_pages_read_the_same(web, settings, path):
     seen = look(web, settings, path)
@@ -205,3 +265,22 @@ def test_nesting_cut_leaves_ordinary_pages_alone():
     ordinary = "<ul>" + "<li><p>item<br><img src=x>" * 5000 + "</ul>"
     assert page.nesting_cut(ordinary) is None
     assert page.nesting_cut("<div>" * 3000) == 5 * page.NESTING_LIMIT
+
+
+@pytest.mark.parametrize("xfo, framable", [("DENY, SAMEORIGIN", False), ("ALLOWALL, DENY", False),
+                                           ("SAMEORIGIN, SAMEORIGIN", True), ("deny, DENY", False)])
+def test_conflicting_x_frame_options_values_deny(xfo, framable):
+    """HTML: more than one distinct value, any of them deny, sameorigin or allowall, blocks framing."""
+    assert page.frame_policy({"x-frame-options": xfo}, "https://aadhar.sh/", "aadhar.sh")[0] is framable
+
+
+def test_links_that_cannot_be_resolved_are_skipped_not_fatal():
+    """Templates leave hosts like [YOUR-DOMAIN] in real pages; urljoin raises on them."""
+    html = (b'<html><head><base href="https://[::1"><title>Left over</title>'
+            b'<link rel="alternate" href="http://[YOUR-DOMAIN]/feed"><link rel="icon" href="/icon.png"></head>'
+            b"<body><p>Words of a page that answered.</p></body></html>")
+    headers = {"link": '<http://[bad>; rel="preload", </llms.txt>; rel="llms-txt"'}
+    result = page.analyse(html, "text/html", headers, "https://shop.example/a/")
+    links = {(link["rel"], link["href"]) for link in result.structured["relLinks"]}
+    assert links == {("icon", "https://shop.example/icon.png"), ("llms-txt", "https://shop.example/llms.txt")}
+    assert result.anatomy["wordCount"] > 0

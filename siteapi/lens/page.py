@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 import re
 from dataclasses import dataclass, field
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import html_to_markdown
 from selectolax.lexbor import LexborHTMLParser
+
+from .fetch import join_url
 
 RAW_HTML_CHARS = 80_000
 TEXT_CHARS = 24_000
@@ -97,13 +100,28 @@ def decode_text(body: bytes, content_type: str, sniff_meta: bool) -> tuple[str, 
     if sniff_meta:
         match = _META_CHARSET.search(body[:2048])
         if match:
-            candidates.append(match.group(1).decode("ascii", "replace"))
+            candidates.append(_meta_encoding(match.group(1).decode("ascii", "replace")))
     for name in candidates:
         try:
             return body.decode(name, errors="replace"), name
         except (LookupError, UnicodeError, TypeError):
             continue  # an unknown or non-text codec name: fall through to the next guess
     return body.decode("utf-8", errors="replace"), "utf-8"
+
+
+def _meta_encoding(label: str) -> str:
+    """The encoding a <meta> charset stands for, as WHATWG HTML's prescan maps it.
+
+    A <meta> that was read as ASCII rules out UTF-16 (and UTF-32, which HTML never uses), so the
+    page is UTF-8; only a BOM or the Content-Type header may select UTF-16.
+    """
+    if label.lower() == "x-user-defined":
+        return "windows-1252"
+    try:
+        name = codecs.lookup(label).name
+    except LookupError:
+        return label  # decode_text skips it
+    return "utf-8" if name.startswith(("utf-16", "utf-32")) else label
 
 
 def nesting_cut(text: str, limit: int = NESTING_LIMIT) -> int | None:
@@ -188,7 +206,7 @@ def _markdown(html: str) -> str:
 
 def _base_url(tree, url: str) -> str:
     base = tree.css_first("base[href]")
-    return urljoin(url, base.attributes.get("href") or "") if base is not None else url
+    return (join_url(url, base.attributes.get("href") or "") or url) if base is not None else url
 
 
 def _clip(value: str | None) -> str:
@@ -209,7 +227,7 @@ def _structured(tree, base: str, link_header: list[dict]) -> dict:
         if key not in bucket and len(bucket) < LIST_ITEMS:
             bucket[key[:200]] = _clip(attrs.get("content"))
     jsonld, total = _jsonld(tree)
-    rel_links = [_rel_link(node.attributes, base) for node in tree.css("link[rel][href]")[:LIST_ITEMS]]
+    rel_links = [link for node in tree.css("link[rel][href]")[:LIST_ITEMS] if (link := _rel_link(node.attributes, base))]
     microformats: list[str] = []
     for node in tree.css(_MF_SELECTOR):
         for cls in (node.attributes.get("class") or "").split():
@@ -240,6 +258,14 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not allowed in JSON")
 
 
+def _finite_float(literal: str) -> float:
+    """The number as a float; one too large for a double would re-serialize as Infinity, which is not JSON."""
+    value = float(literal)
+    if math.isinf(value):
+        raise ValueError(f"the number {literal[:40]} does not fit in a double")
+    return value
+
+
 def _jsonld(tree) -> tuple[list[dict], int]:
     blocks, total = [], 0
     for node in tree.css("script[type]"):
@@ -252,7 +278,7 @@ def _jsonld(tree) -> tuple[list[dict], int]:
         try:
             if not raw.strip():
                 raise ValueError("the block is empty")
-            data = json.loads(raw, parse_constant=_reject_constant)
+            data = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
             blocks.append({"valid": True, "types": _jsonld_types(data),
                            "json": json.dumps(data, indent=2, ensure_ascii=False)})
         except RecursionError:
@@ -285,9 +311,12 @@ def _jsonld_types(data) -> list[str]:
     return list(types)
 
 
-def _rel_link(attrs: dict, base: str) -> dict:
-    link = {"rel": " ".join((attrs.get("rel") or "").lower().split())[:200],
-            "href": urljoin(base, (attrs.get("href") or "").strip())[:VALUE_CHARS]}
+def _rel_link(attrs: dict, base: str) -> dict | None:
+    """The link as a RelLink, or None when its href is not a URL that can be resolved."""
+    href = join_url(base, (attrs.get("href") or "").strip())
+    if href is None:
+        return None
+    link = {"rel": " ".join((attrs.get("rel") or "").lower().split())[:200], "href": href[:VALUE_CHARS]}
     for key in ("type", "title", "hreflang"):
         if attrs.get(key):
             link[key] = _clip(attrs[key])
@@ -301,10 +330,10 @@ def parse_link_header(value: str, base: str) -> list[dict]:
         params = {}
         for name, raw in _LINK_PARAM.findall(match.group(2)):
             params.setdefault(name.lower(), raw.strip().strip('"'))
-        if not params.get("rel"):
+        href = join_url(base, match.group(1).strip())
+        if not params.get("rel") or href is None:
             continue
-        link = {"rel": " ".join(params["rel"].lower().split())[:200],
-                "href": urljoin(base, match.group(1).strip())[:VALUE_CHARS]}
+        link = {"rel": " ".join(params["rel"].lower().split())[:200], "href": href[:VALUE_CHARS]}
         for key in ("type", "title", "hreflang"):
             if params.get(key):
                 link[key] = params[key][:VALUE_CHARS]
@@ -325,20 +354,29 @@ def _ai_directives(directives: dict, meta: dict) -> dict:
 
 
 def frame_policy(headers: dict, final_url: str, site_host: str) -> tuple[bool, str | None]:
-    """(framable, reason): may `https://site_host` show this page in an iframe?"""
+    """(framable, reason): may `https://site_host` show this page in an iframe?
+
+    Browsers enforce every CSP policy (a repeated header arrives comma-joined), so one policy whose
+    frame-ancestors refuses is enough, and a CSP frame-ancestors overrides X-Frame-Options.
+    Content-Security-Policy-Report-Only enforces nothing and is not read.
+    """
     target = urlsplit(final_url)
     same_origin = target.scheme == "https" and (target.hostname or "") == site_host
-    csp = headers.get("content-security-policy", "")
-    for policy in csp.split(","):  # each comma-separated policy is enforced on its own
-        for directive in policy.split(";"):
-            parts = directive.split()
-            if parts and parts[0].lower() == "frame-ancestors":
-                sources = [s.lower() for s in parts[1:]]
-                if not _frame_source_allows(sources, site_host, same_origin):
-                    shown = " ".join(parts[1:])[:200] or "'none'"
-                    return False, f"Content-Security-Policy frame-ancestors {shown}"
-                return True, f"Content-Security-Policy frame-ancestors {' '.join(parts[1:])[:200]}"
-    xfo = headers.get("x-frame-options", "").split(",")[0].strip().lower()
+    allowing = []
+    for policy in headers.get("content-security-policy", "").split(","):
+        sources = _frame_ancestors(policy)
+        if sources is None:
+            continue
+        shown = " ".join(sources)[:200]
+        if not _frame_source_allows([s.lower() for s in sources], site_host, same_origin):
+            return False, "Content-Security-Policy frame-ancestors " + (shown or "'none'")
+        allowing.append(f"frame-ancestors {shown}")
+    if allowing:
+        return True, ("Content-Security-Policy " + ", ".join(allowing))[:400]
+    values = {v.strip().lower() for v in headers.get("x-frame-options", "").split(",") if v.strip()}
+    if len(values) > 1 and values & {"deny", "sameorigin", "allowall"}:  # HTML: conflicting values deny
+        return False, f"X-Frame-Options has conflicting values ({', '.join(sorted(values))[:120]})"
+    xfo = next(iter(values), "")
     if xfo == "deny":
         return False, "X-Frame-Options: DENY"
     if xfo == "sameorigin":
@@ -346,6 +384,18 @@ def frame_policy(headers: dict, final_url: str, site_host: str) -> tuple[bool, s
     if xfo:
         return True, f"X-Frame-Options {xfo[:60]!r} is not a value browsers enforce"
     return True, None
+
+
+def _frame_ancestors(policy: str) -> list[str] | None:
+    """The sources of the policy's frame-ancestors directive, or None when it has none.
+
+    A repeated directive is ignored, as CSP says, so only the first counts.
+    """
+    for directive in policy.split(";"):
+        parts = directive.split()
+        if parts and parts[0].lower() == "frame-ancestors":
+            return parts[1:]
+    return None
 
 
 def _frame_source_allows(sources: list[str], site_host: str, same_origin: bool) -> bool:
