@@ -279,3 +279,8 @@ def test_cloudflare_mode_sends_the_scanner_no_name_that_leads_inside(scanner, se
         scan.cloudflare_mode("https://nowhere.test/", conf, None, fetcher=site_fetcher(sites))
     assert unknown.value.status == 502 and "does not resolve" in unknown.value.body["error"]
     assert len(scanner.calls) == calls
+
+
+def test_a_declared_sitemap_that_is_not_a_url_is_skipped():
+    robots = "User-agent: *\nSitemap: http://[YOUR-DOMAIN]/sitemap.xml\nSitemap: /real.xml\n"
+    assert discovery.declared_sitemaps(robots, "https://shop.example") == ["https://shop.example/real.xml"]
