@@ -9,8 +9,10 @@ deep, its home page a 402), notes.test (a robots.txt of comments and Host: only)
 octetrobots.test (rules served as text/html and application/octet-stream), bom.test (robots.txt,
 llms.txt and the API catalog behind a UTF-8 BOM), tdmtypes.test (TDMRep fields of the wrong JSON types), mdalways.test (Markdown
 to every request, no Vary), novary.test (negotiates Markdown with only Vary: Accept-Encoding),
-sitemaps.test (robots.txt declares a sitemap other than a valid /sitemap.xml). `latency` adds a
-delay to every answer.
+sitemaps.test (robots.txt declares a sitemap other than a valid /sitemap.xml), puzzle.test (an
+ordinary page that loads /static/challenge.js), applebot.test (Applebot named in a group with `*`),
+moved.test (robots.txt blocks /shop/; / redirects to landing.test/shop/, /stay to its own /shop/)
+and landing.test (allows everything). `latency` adds a delay to every answer.
 A small UDP DNS server (dnspython messages) answers the DNS-AID and HTTPS/ECH lookups.
 `site_fetcher()` reaches the web through the fetcher's seams.
 """
@@ -37,7 +39,7 @@ from servers import start_thread, stop_thread, write_response
 SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
          "hang.test", "bigrobots.test", "binrobots.test", "bomb.test", "malformed.test", "deep.test", "notes.test",
          "htmlrobots.test", "octetrobots.test", "bom.test", "tdmtypes.test", "mdalways.test", "novary.test",
-         "sitemaps.test")
+         "sitemaps.test", "puzzle.test", "applebot.test", "moved.test", "landing.test")
 WORDS = " ".join(["Plain words for machine readers about sourdough, photographs and the open web."] * 8)
 
 READY_HOME = f"""<!doctype html><html><head><meta charset="utf-8"><title>Ready site</title>
@@ -46,6 +48,8 @@ READY_HOME = f"""<!doctype html><html><head><meta charset="utf-8"><title>Ready s
 BLOG_HOME = f"""<!doctype html><html><head><title>A blog</title></head><body><h1>Posts</h1><p>{WORDS}</p></body></html>"""
 SPA_HOME = """<!doctype html><html><head><title>App</title></head><body><div id="root"></div>
 <script src="/app.js"></script></body></html>"""
+PUZZLE_HOME = f"""<!doctype html><html><head><title>Daily puzzle</title>
+<script src="/static/challenge.js"></script></head><body><h1>Today's challenge</h1><p>{WORDS}</p></body></html>"""
 CHALLENGE = """<!DOCTYPE html><html><head><title>Just a moment...</title></head><body>
 <noscript>Enable JavaScript and cookies to continue</noscript>
 <script src="/cdn-cgi/challenge-platform/h/g/orchestrate/chl_page/v1"></script></body></html>"""
@@ -272,6 +276,28 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/sitemap.xml":
             return self.send(200, SITEMAP, "application/xml")
         self.robots_site(path, "User-agent: *\nAllow: /\nSitemap: /sitemap-news.xml\n", "text/plain")
+
+    def site_puzzle(self, path):
+        if path == "/":
+            return self.send(200, PUZZLE_HOME)
+        self.robots_site(path, "User-agent: *\nAllow: /\n", "text/plain")
+
+    def site_applebot(self, path):
+        self.robots_site(path, "User-agent: Applebot\nUser-agent: *\nAllow: /\n", "text/plain")
+
+    def site_moved(self, path):
+        if path == "/":
+            return self.send(301, "", headers={"Location": f"http://landing.test:{self.server.port}/shop/"})
+        if path == "/stay":
+            return self.send(302, "", headers={"Location": "/shop/"})
+        if path == "/shop/":
+            return self.send(200, BLOG_HOME)
+        self.robots_site(path, "User-agent: *\nDisallow: /shop/\n", "text/plain")
+
+    def site_landing(self, path):
+        if path == "/shop/":
+            return self.send(200, BLOG_HOME)
+        self.robots_site(path, "User-agent: *\nAllow: /\n", "text/plain")
 
 
 class SiteWeb(ThreadingHTTPServer):

@@ -1,10 +1,17 @@
-"""Robots verdicts checked against Google's parser on tricky groups, Content-Signal lines and the spectrum."""
+"""Robots verdicts checked against Google's parser on tricky groups, Content-Signal lines and the
+spectrum; challenge detection; and full scans where the terms depend on the page (a redirect to
+another origin, a page loading challenge.js, a name-prefix group)."""
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from robotstxt import RobotsMatcher
 
+from lens_sites import CHALLENGE, PUZZLE_HOME, site_fetcher
+from siteapi.config import load_settings
 from siteapi.feeds.crawlers import CRAWLERS
-from siteapi.lens import terms
+from siteapi.lens import bots, scan, terms
 
 URL = "https://site.test/docs/page.html"
 
@@ -97,3 +104,114 @@ def test_tdmrep_keeps_strings_only():
     assert odd["location"] is None and odd["policy"] is None and odd["reserved"] is True
     kept = terms.tdmrep([{"location": "/", "tdm-policy": "https://site.test/p.json"}], probe, {}, {})
     assert kept["location"] == "/" and kept["policy"] == "https://site.test/p.json"
+
+
+# --- which group gave the verdict: product tokens match whole, groups run past blank lines ---------
+
+def test_a_name_prefix_does_not_name_the_longer_token():
+    txt = "User-agent: Applebot\nUser-agent: *\nAllow: /\n"
+    rows = board(txt)
+    matcher = RobotsMatcher()
+    matcher.is_allowed(txt, "Applebot-Extended", URL)
+    assert matcher.ever_seen_specific_agent is False  # Google's parser: Applebot-Extended is matched by `*`
+    assert rows["Applebot-Extended"]["matchedUa"] == "*" and rows["Applebot"]["matchedUa"] == "Applebot"
+    rows = board("User-agent: Claude\nUser-agent: Google\nUser-agent: *\nDisallow: /\n")
+    for token in ("ClaudeBot", "Claude-User", "Claude-SearchBot", "Google-Extended", "Googlebot"):
+        assert rows[token]["verdict"] == "block" and rows[token]["matchedUa"] == "*", token
+
+
+def test_group_runs_past_blank_lines_comments_and_other_fields():
+    for between in ("\n", "# c\n", "Sitemap: https://site.test/sitemap.xml\n", "Crawl-delay: 5\n"):
+        txt = f"User-agent: GPTBot\n{between}User-agent: ClaudeBot\nDisallow: /\n"
+        rows = board(txt)
+        assert not google(txt, "GPTBot"), between
+        assert rows["GPTBot"]["verdict"] == "block" and rows["GPTBot"]["matchedUa"] == "GPTBot", between
+        assert rows["ClaudeBot"]["matchedUa"] == "ClaudeBot" and rows["CCBot"]["verdict"] == "allow", between
+    # a rule ends the group: the next user-agent line starts another
+    rows = board("User-agent: GPTBot\nDisallow: /private/\nUser-agent: ClaudeBot\nDisallow: /\n")
+    assert rows["GPTBot"]["verdict"] == "allow" and rows["ClaudeBot"]["matchedUa"] == "ClaudeBot"
+
+
+def test_matched_ua_agrees_with_googles_matcher():
+    texts = ("User-agent: GPTBot/1.2\nUser-agent: *\nDisallow: /docs/\n",
+             "User-agent: *\nDisallow: /\n\nUser-agent: gptbot # ours\n\nUser agent: CCBot\nAllow: /docs/\n",
+             "User-agent: Applebot\nUser-agent: Google\nDisallow: /\n\nUser-agent: *\nDisallow: /docs/\n")
+    for txt in texts:
+        rows = board(txt)
+        for crawler in CRAWLERS:
+            token, row = crawler["token"], rows[crawler["token"]]
+            matcher = RobotsMatcher()
+            matcher.is_allowed(txt, token, URL)
+            if matcher.ever_seen_specific_agent:
+                assert row["matchedUa"].split("/")[0].lower() == token.lower(), (txt, token, row)
+            else:
+                assert row["matchedUa"] == ("*" if matcher.matching_line else None), (txt, token, row)
+    assert board(texts[0])["GPTBot"]["matchedUa"] == "GPTBot/1.2"
+    assert board(texts[1])["GPTBot"]["matchedUa"] == "gptbot" and board(texts[1])["CCBot"]["matchedUa"] == "CCBot"
+
+
+# --- challenge pages: the interstitials themselves, not a script's file name ------------------------
+
+AWS_WAF_CHALLENGE = b"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title></title>
+<script>window.awsWafCookieDomainList = [];
+window.gokuProps = {"key": "AQIDAHjcYu", "iv": "D549jwCmGg", "context": "x"};</script>
+<script src="https://3b9d3a4c5f6e.us-east-1.token.awswaf.com/3b9d3a4c5f6e/1a2b3c4d5e6f/challenge.js"></script>
+</head><body><div id="challenge-container"></div></body></html>"""
+
+
+def test_challenge_js_alone_is_not_a_challenge():
+    assert bots.is_challenge({}, AWS_WAF_CHALLENGE)
+    assert bots.is_challenge({}, CHALLENGE.encode()) and bots.is_challenge({"cf-mitigated": "challenge"}, b"")
+    assert not bots.is_challenge({}, PUZZLE_HOME.encode())
+    assert not bots.is_challenge({}, b'<html><head><script src="https://cdn.site.test/challenge.js"></script></head>')
+
+
+# --- full scans of the fixture sites ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def scanned(sites, dns_server):
+    base = load_settings()
+    lens = {**base.section("lens"), "scan_timeout_s": 4, "probe_timeout_s": 2}
+    settings = dataclasses.replace(base, sections={**base.sections, "lens": lens})
+    return lambda site, path="/": scan.scan(sites.url(site, path), settings, fetcher=site_fetcher(sites),
+                                            dns=dns_server.client())
+
+
+def test_a_page_loading_challenge_js_is_not_enforced(scanned):
+    obs = scanned("puzzle.test")
+    assert obs["terms"]["enforcement"] == {"status": 200, "challenged": False, "blocked": False}
+    assert obs["terms"]["spectrum"]["tier"] == "open"
+    assert not any(view["blocked"] or view["challenge"] for view in obs["botViews"])
+
+
+def test_a_name_prefix_does_not_pass_name_ai_crawlers(scanned):
+    obs = scanned("applebot.test")
+    rows = {row["ua"]: row for row in obs["terms"]["scoreboard"]}
+    assert rows["Applebot-Extended"]["matchedUa"] == "*"
+    check = obs["readiness"]["checks"]["robotsTxtAiRules"]
+    assert check["status"] == "fail", check
+
+
+def test_robots_rules_belong_to_their_origin():
+    assert terms.rules_url("http://moved.test", "http://moved.test/", "http://moved.test/shop/") == \
+        ("http://moved.test/shop/", None)
+    assert terms.rules_url("https://moved.test", "https://moved.test/", "https://MOVED.test:443/a")[1] is None
+    for final in ("http://landing.test/shop/", "https://moved.test/shop/", "http://moved.test:8080/shop/"):
+        url, caveat = terms.rules_url("http://moved.test", "http://moved.test/", final)
+        assert url == "http://moved.test/", final
+        assert caveat.startswith("robots.txt of http://moved.test read for the asked URL"), final
+
+
+def test_redirect_to_another_origin_reads_the_rules_for_the_asked_url(scanned, sites):
+    obs = scanned("moved.test")  # moved.test's robots.txt blocks /shop/, and / redirects to landing.test/shop/
+    assert obs["finalUrl"] == sites.url("landing.test", "/shop/")
+    gptbot = {row["ua"]: row for row in obs["terms"]["scoreboard"]}["GPTBot"]
+    assert gptbot["verdict"] == "allow" and gptbot["rule"] is None
+    assert "read for the asked URL" in gptbot["note"] and "landing.test" in gptbot["note"]
+    assert obs["terms"]["spectrum"]["tier"] == "open"
+    # a redirect within the origin: the rules are read for the page that answered
+    obs = scanned("moved.test", "/stay")
+    gptbot = {row["ua"]: row for row in obs["terms"]["scoreboard"]}["GPTBot"]
+    assert obs["finalUrl"] == sites.url("moved.test", "/shop/")
+    assert gptbot["verdict"] == "block" and gptbot["rule"] == "Disallow: /shop/" and "note" not in gptbot
+    assert obs["terms"]["spectrum"]["tier"] == "signaled"

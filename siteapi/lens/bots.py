@@ -54,7 +54,8 @@ CHALLENGE_MARKERS = (
     re.compile(rb"_Incapsula_Resource", re.I),
     re.compile(rb"geo\.captcha-delivery\.com|ct\.captcha-delivery\.com", re.I),   # DataDome
     re.compile(rb"px-captcha|/_px/", re.I),                                       # HUMAN (PerimeterX)
-    re.compile(rb"awswaf|aws-waf-token|challenge\.js", re.I),
+    # AWS WAF: its challenge.js is served from *.token.awswaf.com; a script named challenge.js alone is no sign
+    re.compile(rb"awswaf|aws-waf-token", re.I),
     re.compile(rb"<title>\s*(attention required|access denied|checking your browser)", re.I),
 )
 

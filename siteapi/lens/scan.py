@@ -123,7 +123,7 @@ def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: b
                      "discoveryCached": bool(cached), "subrequestCap": sub.capped}
     obs["discovery"] = _discovery_object(payload, origin, obs)
     obs["wire"] = {"dictionary": discovery.dictionary(page.headers), "ech": payload["ech"]}
-    obs["terms"] = _terms(payload, page, obs)
+    obs["terms"] = _terms(payload, page, obs, origin)
     obs["agent"] = _agent(payload, obs, md)
     obs["ai"]["llmsTxtPresent"] = obs["ai"]["llmsTxtPresent"] or obs["agent"]["llmsTxt"]["present"]
     rows = [row for row, _ in views]
@@ -190,10 +190,11 @@ def _discovery_object(payload: dict, origin: str, obs: dict) -> dict:
     return out
 
 
-def _terms(payload: dict, page, obs: dict) -> dict:
+def _terms(payload: dict, page, obs: dict, origin: str) -> dict:
     robots = payload["robots"]
     state, why = terms.robots_state(robots["status"], robots["unreachable"], robots["text"])
-    board = terms.scoreboard(robots["text"], state, page.final_url, why)
+    url, caveat = terms.rules_url(origin, page.url, page.final_url)
+    board = terms.scoreboard(robots["text"], state, url, why, caveat)
     signals = terms.content_signals(robots["text"] if state == "present" else None)
     paid = terms.paid(page.status, page.headers, page.body)
     challenged = bots.is_challenge(page.headers, page.body)

@@ -5,7 +5,8 @@ registry (`siteapi.feeds.crawlers`), with the product token, never a full UA str
 specific group wins and replaces `*`, then the longest path, Allow on a tie. Any 2xx robots.txt
 that is text is read, whatever its Content-Type, and lines that are not rules are ignored (RFC
 9309), so a file without rules allows everything, as a 4xx does; 5xx, unreachable or a binary body
-leaves every verdict `unknown`.
+leaves every verdict `unknown`. The rules are the asked origin's: after a redirect to another origin
+they are read for the asked URL, not the final one.
 Beside it: Content-Signal lines, pay-per-crawl and x402, enforcement seen by our own fetch,
 noai directives, W3C TDMRep, and the spectrum tier (open < signaled < enforced < paid).
 """
@@ -22,6 +23,11 @@ from ..feeds.crawlers import CRAWLERS
 BLOCKING_STATUSES = (401, 403, 406, 429, 451)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _FIELD = re.compile(r"^\s*([A-Za-z-]+)\s*:\s*(.*?)\s*(?:#.*)?$")
+# Google's parser reads keys by prefix and forgives the common typos of these two
+_ROBOTS_LINE = re.compile(r"^\s*([A-Za-z][A-Za-z _-]*?)\s*:\s*(.*?)\s*(?:#.*)?$")
+_USER_AGENT_KEYS = ("user-agent", "useragent", "user agent")
+_RULE_KEYS = ("allow", "disallow", "dissallow", "dissalow", "disalow", "diasllow", "disallaw")
+_PRODUCT_TOKEN = re.compile(r"[A-Za-z_-]*")
 TIERS = ("open", "signaled", "enforced", "paid")
 
 
@@ -41,31 +47,60 @@ def robots_state(status: int | None, unreachable: bool, text: str | None) -> tup
 
 
 def _group_agents(lines: list[str], line_number: int) -> list[str]:
-    """The user-agent values of the group that line `line_number` (1-based) belongs to."""
+    """The user-agent values of the group that line `line_number` (1-based) belongs to.
+
+    As in Google's parser, only an Allow or Disallow line ends a group's run of user-agent lines;
+    blank lines, comments and other fields between them do not."""
     index = min(line_number, len(lines)) - 1
     agents: list[str] = []
     while index >= 0:
-        match = _FIELD.match(lines[index])
+        match = _ROBOTS_LINE.match(lines[index])
         key = match.group(1).lower() if match else ""
-        if key in ("user-agent", "useragent"):
+        if key.startswith(_USER_AGENT_KEYS):
             agents.insert(0, match.group(2))
-        elif agents:
+        elif agents and key.startswith(_RULE_KEYS):
             break
         index -= 1
     return agents
 
 
-def _matched_agent(agents: list[str], token: str) -> str | None:
-    lowered = token.lower()
-    for agent in agents:
-        name = agent.split("/")[0].strip()
-        if name and lowered.startswith(name.lower()) and name != "*":
+def _named_agent(lines: list[str], line_number: int, token: str) -> str:
+    """The user-agent value, as written, that names `token` in the group of line `line_number`.
+
+    Google's parser names a crawler only by its whole product token (the leading run of letters,
+    `_` and `-`), case-insensitively: `Applebot` does not name `Applebot-Extended`."""
+    for agent in _group_agents(lines, line_number):
+        if _PRODUCT_TOKEN.match(agent).group(0).lower() == token.lower():
             return agent
-    return "*" if any(a.strip() == "*" for a in agents) else (agents[0] if agents else None)
+    return token
 
 
-def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | None = None) -> list[dict]:
-    """One verdict per registry crawler for `page_url`'s path."""
+def rules_url(robots_origin: str, asked_url: str, final_url: str) -> tuple[str, str | None]:
+    """The URL a robots.txt read at `robots_origin` speaks for, and a note when it is not the page's.
+
+    Rules belong to the origin that serves them: after a redirect to another origin they are read
+    for the asked URL, since nothing was read from the origin that answered."""
+    if _origin(final_url) == _origin(robots_origin):
+        return final_url, None
+    return asked_url, (f"robots.txt of {_origin_text(robots_origin)} read for the asked URL: "
+                       f"the page redirected to {_origin_text(final_url)}, another origin")
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or (443 if scheme == "https" else 80)
+
+
+def _origin_text(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
+
+
+def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | None = None,
+               caveat: str | None = None) -> list[dict]:
+    """One verdict per registry crawler for `page_url`'s path; `caveat` is added to every note of
+    a read robots.txt (or of a 4xx one)."""
     rows = []
     path_url = page_url if urlsplit(page_url).path else page_url + "/"
     lines = _LINE_BREAK.split(robots_text or "")
@@ -77,18 +112,21 @@ def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | N
         elif state == "present":
             matcher = RobotsMatcher()  # the matcher keeps state between calls; one per question
             allowed = matcher.is_allowed(robots_text or "", crawler["token"], path_url)
-            line = matcher.matching_line
+            line, named = matcher.matching_line, matcher.ever_seen_specific_agent
             row["verdict"] = "allow" if allowed else "block"
             if line:
                 row["rule"] = lines[line - 1].strip()[:300] if line <= len(lines) else None
-                row["matchedUa"] = _matched_agent(_group_agents(lines, line), crawler["token"])
-            elif matcher.ever_seen_specific_agent:
+                # a group naming the crawler replaces `*`, so a matched line is in one or the other
+                row["matchedUa"] = _named_agent(lines, line, crawler["token"]) if named else "*"
+            elif named:
                 row["matchedUa"] = crawler["token"]
                 row["note"] = "named in robots.txt; no rule matches this path"
             else:
                 row["note"] = "no rule matches this path"
         else:
             row["note"] = note or "robots.txt unreadable"
+        if caveat and state != "unknown":
+            row["note"] = f"{row['note']}; {caveat}" if row.get("note") else caveat
         rows.append(row)
     return rows
 
