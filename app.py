@@ -24,7 +24,7 @@ from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter
 from siteapi.search import search_endpoint
 from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller,
-                         header, params, wants_markdown)
+                         etag_matches, header, params, wants_markdown)
 
 
 RESUME_CACHE = "public, max-age=0, must-revalidate, s-maxage=86400"  # REFERENCE: all three resume forms
@@ -87,12 +87,26 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         root = settings.photos_dir if full else settings.images_dir
         if full and not settings.originals_public:
             raise ApiError(404, "Originals are not published on this site.", code="not_found")
-        found = bottle.static_file(path[5:] if full else path, root=str(root))
-        if found.status_code >= 400:
-            raise ApiError(404, f"There is no image at /images/{path[:pages.SUGGEST_CHARS]}.", code="not_found")
-        kept = ("Content-Length", "Last-Modified", "ETag", "Accept-Ranges", "Content-Range")
+        missing = ApiError(404, f"There is no image at /images/{path[:pages.SUGGEST_CHARS]}.", code="not_found")
+        if not path.lower().endswith(photos.IMAGE_SUFFIXES):  # a caption sidecar beside the originals is no image
+            raise missing
+        if header("If-None-Match"):  # RFC 9110: it overrides If-Modified-Since, which static_file reads
+            bottle.request.environ.pop("HTTP_IF_MODIFIED_SINCE", None)
+        file = path[5:] if full else path
+        found = bottle.static_file(file, root=str(root), etag=False)  # Bottle's own ETag is unquoted
+        if found.status_code >= 400 and found.status_code != 416:
+            raise missing
+        stat = (root / file).stat()
+        etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+        if found.status_code == 416:
+            raise ApiError(416, f"The Range is not within the file's {stat.st_size} bytes; ask for bytes within "
+                           "them or send no Range.", code="range_not_satisfiable",
+                           headers={"Content-Range": f"bytes */{stat.st_size}"})
+        if etag_matches(etag):
+            return Reply(b"", status=304, headers={"ETag": etag})
+        kept = ("Content-Length", "Last-Modified", "Accept-Ranges", "Content-Range")
         return Reply(found.body, status=found.status_code, content_type=found.content_type,
-                     headers={k: v for k, v in found.headers.items() if k in kept})
+                     headers={"ETag": etag, **{k: v for k, v in found.headers.items() if k in kept}})
 
     # -- live feeds (stored by jobs.py, served from site.db) ----------------------------------------
     def now_playing():

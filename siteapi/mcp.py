@@ -29,7 +29,7 @@ from jsonschema import Draft202012Validator
 
 from siteapi import openapi
 from siteapi.mcp_tools import InProcess, Outcome, Tool, endpoint_tools, snapshot_tools
-from siteapi.web import MAX_BODY_BYTES, MAX_QUERY_BYTES, Reply, body, caller, header
+from siteapi.web import MAX_BODY_BYTES, MAX_QUERY_BYTES, Reply, body, caller, etag_matches, header
 
 log = logging.getLogger("siteapi.mcp")
 
@@ -327,7 +327,6 @@ class McpServer:
     def draft_card_reply(self):
         text = json.dumps(self.draft_card(), ensure_ascii=False, sort_keys=True)
         etag = '"' + hashlib.sha256(text.encode()).hexdigest()[:32] + '"'
-        sent = [t.strip().removeprefix("W/") for t in header("If-None-Match").split(",")]  # weak comparison
-        if etag in sent or "*" in sent:
+        if etag_matches(etag):
             return Reply(b"", status=304, headers={"ETag": etag}, cache=CARD_CACHE)
         return Reply(text, content_type=CARD_TYPE, headers={"ETag": etag}, cache=CARD_CACHE)

@@ -68,6 +68,7 @@ CREATE TABLE IF NOT EXISTS photo_vectors (
 """
 
 TEXT_MAX = 120
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".avif")  # what /images/ serves; the Caddyfile's @stored names the same
 LIMIT_DEFAULT, LIMIT_MAX, OFFSET_MAX = 25, 100, 10000
 COMMON_SHARE, COMMON_MIN_CANDIDATES = 0.9, 4
 FILTERS = {"camera": "camera", "lens": "lens", "film": "film", "recipe": "recipe_text"}

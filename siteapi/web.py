@@ -113,6 +113,12 @@ def params() -> dict[str, str]:
     return out
 
 
+def etag_matches(etag: str) -> bool:
+    """Whether the request's If-None-Match names `etag` (weak comparison, as RFC 9110 asks for GET)."""
+    sent = [t.strip().removeprefix("W/") for t in header("If-None-Match").split(",")]
+    return etag in sent or "*" in sent
+
+
 def header(name: str, default: str | None = "") -> str | None:
     """A request header, UTF-8 decoded when it is valid UTF-8 and as Latin-1 otherwise (Bottle's own
     accessor raises on such bytes, which made a hostile Accept header a 500)."""

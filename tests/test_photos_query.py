@@ -342,3 +342,28 @@ def test_thumbnails_and_originals_are_served_without_metadata(env):
     assert original.status_code == 200 and original.headers["Content-Type"] == "image/jpeg"
     for path in ("/images/nope.jpg", "/images/full/nope.jpg", "/images/../site.db", "/images/full/../../site.db"):
         assert client.get(path).status_code in (400, 404), path
+
+
+def test_the_app_serves_images_as_the_edge_does(env):
+    """Alone (no Caddy), the app answers images with a quoted ETag and 304, 206 and 416 for ranges,
+    and only image files: a caption sidecar beside the originals is not published."""
+    settings, conn, client = env
+    full = run(env, limit="1")["photos"][0]["full"].removeprefix(settings.public_base_url)
+    first = client.get(full)
+    etag = first.headers["ETag"]
+    assert first.status_code == 200 and etag.startswith('"') and etag.endswith('"')
+    for sent in (etag, "W/" + etag, '"other", ' + etag, "*"):
+        assert client.get(full, headers={"If-None-Match": sent}).status_code == 304, sent
+    changed = client.get(full, headers={"If-None-Match": '"other"', "If-Modified-Since": first.headers["Last-Modified"]})
+    assert changed.status_code == 200  # If-None-Match decides when both are sent
+    part = client.get(full, headers={"Range": "bytes=0-9"})
+    assert part.status_code == 206 and len(part.content) == 10 and part.content == first.content[:10]
+    past = client.get(full, headers={"Range": "bytes=999999999-", "Accept": "application/json"})
+    assert past.status_code == 416 and past.json()["code"] == "range_not_satisfiable"
+    assert past.headers["Content-Range"] == f"bytes */{len(first.content)}"
+    sidecar = settings.photos_dir / (full.rsplit("/", 1)[1].rsplit(".", 1)[0] + ".txt")
+    sidecar.write_text("a caption\n")
+    try:
+        assert client.get("/images/full/" + sidecar.name, headers={"Accept": "application/json"}).status_code == 404
+    finally:
+        sidecar.unlink()

@@ -77,7 +77,8 @@ def stack(tmp_path_factory):
            "CADDY_ADMIN": "off", "XDG_DATA_HOME": str(tmp / "xdg-data"), "XDG_CONFIG_HOME": str(tmp / "xdg-config"),
            "HOME": str(tmp)}
     (tmp / "images").mkdir()
-    (tmp / "images" / "probe.txt").write_text("static file\n")
+    (tmp / "images" / "probe.jpg").write_text("static file\n")
+    (tmp / "images" / "caption.txt").write_text("not an image\n")
     proc = subprocess.Popen([sys.executable, "-m", "siteapi.stack"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     edge = f"http://127.0.0.1:{ports['CADDY_PORT']}"
@@ -178,9 +179,11 @@ def test_private_tables_are_unreadable_even_by_sql(stack):
 
 @needs_caddy
 def test_images_are_static_with_a_long_cache(stack):
-    r = requests.get(stack["edge"] + "/images/probe.txt", timeout=30)
+    r = requests.get(stack["edge"] + "/images/probe.jpg", timeout=30)
     assert r.status_code == 200 and r.text == "static file\n"
     assert "immutable" in r.headers["Cache-Control"]
+    other = requests.get(stack["edge"] + "/images/caption.txt", headers={"Accept": "application/json"}, timeout=30)
+    assert other.status_code == 404 and other.json()["code"] == "not_found"  # image types only, at the edge too
 
 
 @needs_caddy
@@ -193,7 +196,7 @@ def test_what_no_image_file_answers_goes_to_the_app(stack, edge):
         assert r.headers["Cache-Control"] == "no-store", path
     missing_md = edge.get("/images/nope.jpg", headers={"Accept": "text/markdown"})
     assert missing_md.status_code == 404 and missing_md.text.startswith("# Not found")
-    for path in ("/images/probe.txt", "/images/full/" + edge.get("/images/manifest.json").json()["photos"][0]["full"].rsplit("/", 1)[1]):
+    for path in ("/images/probe.jpg", "/images/full/" + edge.get("/images/manifest.json").json()["photos"][0]["full"].rsplit("/", 1)[1]):
         posted = edge.request("POST", path, data=b"x")
         assert posted.status_code == 405 and posted.headers["Allow"] == "GET, HEAD, OPTIONS", path
         got = requests.get(stack["edge"] + path, timeout=30)
@@ -229,7 +232,7 @@ def test_unpublished_originals_never_leave_the_edge(site_settings, tmp_path):
 
 @needs_caddy
 def test_the_edge_adds_one_server_field_and_compresses_every_json_type(stack):
-    for path in ("/robots.txt", "/data/site/pages", "/images/probe.txt", "/images/nope.jpg"):
+    for path in ("/robots.txt", "/data/site/pages", "/images/probe.jpg", "/images/nope.jpg"):
         r = requests.get(stack["edge"] + path, timeout=30)
         assert r.raw.headers.getlist("Server") == ["Caddy"], path
     for path in ("/openapi.json", "/.well-known/api-catalog", "/search.json?q=honda"):
