@@ -3,14 +3,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import sqlite3
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from app import make_app
+from conftest import Client, OpenApiChecker, make_settings
 from lens_sites import site_fetcher
-from siteapi import db
+from servers import serve_wsgi, start_thread, stop_thread, write_response
+from siteapi import db, openapi
 from siteapi.config import load_settings
 from siteapi.lens import census
+from siteapi.lens.fetch import AddressPolicy, Fetcher
 from siteapi.web import ApiError
 
 
@@ -33,7 +40,9 @@ def test_census_runs_store_rows_and_read_back(sites, dns_server, tmp_path):
     ready = sites["ready.test"]
     assert body["sites"][0]["host"] == "ready.test"  # highest score first
     assert ready["level"] == 5 and ready["tier"] == "signaled" and ready["doors"] == 6 and ready["delta"] is None
-    assert ready["surfaces"]["mcp"] is True and len(ready["series"]) == 1
+    assert ready["surfaces"] == {"llms": True, "md": True, "mcp": True, "agents": True, "jsonld": False,
+                                 "webBotAuth": True} and len(ready["series"]) == 1
+    assert sites["blog"]["surfaces"] == dict.fromkeys(census.SURFACES, False)
     assert sites["blog"]["level"] == 1 and sites["blog"]["series"][0]["tier"] == "open"
     assert sites["nowhere.test"]["score"] is None and sites["nowhere.test"]["error"]
 
@@ -120,3 +129,82 @@ def test_unreadable_storage_is_503(tmp_path):
 def test_default_roster_has_sixteen_sites():
     hosts = [host for host, _ in census.roster(None)]
     assert len(hosts) == 16 and "wikipedia.org" in hosts and hosts[0] == "aadhar.sh"
+
+
+VALID_LD = '<script type="application/ld+json">{"@context": "https://schema.org", "@type": "WebSite"}</script>'
+BROKEN_LD = '<script type="application/ld+json">{"@type": "WebSite", </script>'
+KEYS = json.dumps({"keys": [{"kty": "OKP", "crv": "Ed25519", "x": "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"}]})
+# host -> path -> (content type, body); anything else is a 404
+SURFACE_SITES = {
+    "keys.test": {"/": ("text/html", f"<html><head><title>Keys</title>{BROKEN_LD}{VALID_LD}</head><body>Hi</body></html>"),
+                  "/AGENTS.md": ("text/markdown", "# Agents\n\nRead the docs.\n"),
+                  "/.well-known/http-message-signatures-directory": ("application/http-message-signatures-directory+json", KEYS)},
+    "nokeys.test": {"/": ("text/html", f"<html><head><title>None</title>{BROKEN_LD}</head><body>Hi</body></html>"),
+                    "/.well-known/http-message-signatures-directory": ("application/json", json.dumps({"keys": []}))},
+}
+
+
+class SurfaceSite(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        host = (self.headers.get("Host") or "").split(":")[0]
+        found = SURFACE_SITES.get(host, {}).get(self.path.split("?")[0])
+        if found is None:
+            return write_response(self, 404, "not here", "text/plain")
+        write_response(self, 200, found[1], found[0])
+
+
+class SurfaceWeb(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), SurfaceSite)
+        self.stopping = threading.Event()
+
+
+def test_census_records_agents_md_jsonld_and_web_bot_auth(dns_server, tmp_path):
+    """REFERENCE §2: the census's surfaces are llms, md, mcp, agents, jsonld and webBotAuth."""
+    web, thread = start_thread(SurfaceWeb())
+    try:
+        port = web.server_address[1]
+        fetcher = Fetcher(policy=AddressPolicy(allow=frozenset({("127.0.0.1", port)})), timeout_s=3.0,
+                          resolve=lambda host, timeout: ["127.0.0.1"] if host in SURFACE_SITES else [])
+        settings = settings_for(tmp_path, [f"http://{host}:{port}/" for host in SURFACE_SITES])
+        assert census.run_census(settings, fetcher=fetcher, dns=dns_server.client()) == "census: 2 of 2 sites scanned"
+    finally:
+        stop_thread(web, thread)
+    conn = db.connect(settings.db_path, readonly=True)
+    stored = {row["host"]: json.loads(row["surfaces"]) for row in conn.execute("SELECT host, surfaces FROM lens_census")}
+    found = {s["host"]: s["surfaces"] for s in census.census(conn, settings)["sites"]}
+    assert stored == found
+    # AGENTS.md is the fallback name; one valid JSON-LD block is enough; a key directory needs keys
+    assert found["keys.test"] == {"llms": False, "md": False, "mcp": False, "agents": True, "jsonld": True,
+                                  "webBotAuth": True}
+    assert found["nokeys.test"] == dict.fromkeys(census.SURFACES, False)
+
+
+def test_rows_stored_with_the_summary_surfaces_still_read(tmp_path):
+    """Rows from before the census kept its own surfaces carry the compare summary's keys: the live
+    /lens/census.json maps what corresponds and leaves the rest null, valid against the OpenAPI schema."""
+    settings = make_settings(tmp_path)
+    conn = db.writer(settings.db_path)
+    conn.executescript(census.SCHEMA)
+    old = {"llms": True, "markdown": True, "mcp": False, "agentCard": True, "apiCatalog": True}
+    new = {"llms": False, "md": False, "mcp": True, "agents": True, "jsonld": True, "webBotAuth": False}
+    with db.transaction(conn):
+        for host, ymd, surfaces in (("old.test", "2026-01-05", old), ("new.test", "2026-01-12", new),
+                                    ("both.test", "2026-01-05", new), ("both.test", "2026-01-12", old)):
+            conn.execute("INSERT INTO lens_census(run_id, ts, ymd, host, url, tier, score, level, doors, verdict, surfaces) "
+                         "VALUES ('r', ? || 'T08:17:00Z', ?, ?, 'https://' || ? || '/', 'open', 40, 1, 0, 'human-only', ?)",
+                         (ymd, ymd, host, host, json.dumps(surfaces)))
+    conn.close()
+    checker = OpenApiChecker(openapi.document(settings))
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        response = Client(base, checker).get("/lens/census.json")
+    assert response.status_code == 200 and checker.checked == [("/lens/census.json", 200)]
+    found = {s["host"]: s["surfaces"] for s in response.json()["sites"]}
+    assert found["old.test"] == {"llms": True, "md": True, "mcp": False, "agents": None, "jsonld": None, "webBotAuth": None}
+    assert found["new.test"] == new
+    assert found["both.test"] == found["old.test"]  # the latest day's row, whichever census wrote it

@@ -6,6 +6,9 @@ run on the same day replaces that day's rows, except that a site which fails aft
 day keeps the good values and only gains the error. `census(conn)` answers `/lens/census.json`: each
 site's latest good score, tier, level, doors and surfaces, the change since its previous census day
 (`delta`), its series of one point per day, and the `error` of its latest scan if that failed.
+
+`surfaces` is the census's own record (REFERENCE §2), not the compare summary's: llms.txt, Markdown
+negotiation, an MCP server, AGENTS.md, JSON-LD on the page, a Web Bot Auth key directory.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from .. import db
 from ..web import ApiError
 from .discovery import DnsClient
 from .fetch import Fetcher
-from .scan import scan, summary
+from .scan import scan, summary, surfaces as summary_surfaces
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS lens_census (
@@ -68,6 +71,31 @@ def roster(settings) -> list[tuple[str, str]]:
     return out or list(DEFAULT_ROSTER)
 
 
+SURFACES = ("llms", "md", "mcp", "agents", "jsonld", "webBotAuth")
+# Rows written before the census kept its own surfaces hold the compare summary's keys: llms and mcp
+# mean the same, markdown is md, agentCard and apiCatalog are dropped, and agents, jsonld and
+# webBotAuth, never measured then, read as null.
+OLD_SURFACE_NAMES = {"markdown": "md"}
+
+
+def surfaces(obs: dict) -> dict:
+    """The census's surfaces of one full observation."""
+    seen = summary_surfaces(obs)
+    jsonld = (obs.get("structured") or {}).get("jsonld") or []
+    return {"llms": seen["llms"], "md": seen["markdown"], "mcp": seen["mcp"],
+            "agents": bool(obs["discovery"]["agentsMd"].get("present")),
+            "jsonld": any(block["valid"] for block in jsonld),
+            "webBotAuth": bool(obs["discovery"]["webBotAuth"].get("ok"))}
+
+
+def stored_surfaces(text: str | None) -> dict | None:
+    """A row's surfaces JSON as the six census keys, whichever version of the census wrote it."""
+    if not text:
+        return None
+    stored = {OLD_SURFACE_NAMES.get(key, key): value for key, value in json.loads(text).items()}
+    return {key: stored.get(key) for key in SURFACES}
+
+
 def _row(run_id: str, ts: str, host: str, url: str, settings, fetcher, dns) -> dict:
     row = {"run_id": run_id, "ts": ts, "ymd": ts[:10], "host": host, "url": url, "tier": None, "score": None,
            "level": None, "doors": None, "verdict": None, "surfaces": None, "error": None}
@@ -81,7 +109,7 @@ def _row(run_id: str, ts: str, host: str, url: str, settings, fetcher, dns) -> d
         return row
     seen = summary(obs)
     row.update(tier=seen["tier"], score=seen["readiness"], level=seen["level"], doors=seen["doors"],
-               verdict=obs["agent"]["strategy"]["verdict"], surfaces=json.dumps(seen["surfaces"]))
+               verdict=obs["agent"]["strategy"]["verdict"], surfaces=json.dumps(surfaces(obs)))
     return row
 
 
@@ -138,7 +166,7 @@ def census(conn: sqlite3.Connection, settings=None) -> dict:
         delta = (good[-1]["score"] - good[-2]["score"]) if len(good) >= 2 and None not in (good[-1]["score"], good[-2]["score"]) else None
         site = {"host": host, "url": shown["url"], "tier": shown["tier"], "score": shown["score"],
                 "level": shown["level"], "doors": shown["doors"], "verdict": shown["verdict"], "delta": delta,
-                "surfaces": json.loads(shown["surfaces"]) if shown["surfaces"] else None, "lastYmd": shown["ymd"],
+                "surfaces": stored_surfaces(shown["surfaces"]), "lastYmd": shown["ymd"],
                 "series": [{"ymd": r["ymd"], "score": r["score"], "tier": r["tier"], "doors": r["doors"]} for r in good]}
         if latest["error"]:
             site["error"] = latest["error"]
