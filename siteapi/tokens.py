@@ -10,6 +10,8 @@ import base64
 import functools
 import gzip
 import hashlib
+import re
+import unicodedata
 from pathlib import Path
 
 import tiktoken
@@ -50,22 +52,46 @@ def encoding() -> tiktoken.Encoding:
     return tiktoken.Encoding(NAME, pat_str=_PATTERN, mergeable_ranks=ranks, special_tokens=_SPECIAL)
 
 
-def _chunks(text: str, size: int = CHUNK_CHARS):
-    """Pieces of at most `size` chars, cut just before whitespace where there is some.
+# Where the o200k pre-tokenizer (`_PATTERN`) always starts a new piece, so that a cut there leaves
+# every piece as it was (its one lookahead, in `\s+(?!\S)`, looks only past whitespace, and no cut
+# follows whitespace): a space after anything but whitespace, since no alternative takes a space
+# after its first character; or, after a letter or digit (`[^\W_]`), anything but a letter, digit,
+# mark or apostrophe, since letters run on only through letters, marks and a 's-style suffix, and
+# digits through digits. `_cut` refuses a mark or an unassigned character there: `re` cannot tell
+# marks apart, and Python's Unicode tables may be older than tiktoken's, in which a newly assigned
+# character may be a letter.
+_CUT = re.compile(r"(?<=\S) |(?<=[^\W_])[^\w']")
 
-    BPE time grows with the square of a word's length, so a page that is one 2 MB "word" would
-    take seconds; cutting it bounds the work. A cut before whitespace leaves the o200k pieces
-    as they were, so counts of ordinary text are unchanged.
+
+def _cut(text: str, start: int, end: int) -> int | None:
+    """The last position in (start, end] where cutting `text` leaves its o200k pieces as they were."""
+    while end > start:  # backwards, RUN_CHARS at a time: ordinary text has a cut near the end
+        low = max(start, end - RUN_CHARS)
+        for found in reversed(list(_CUT.finditer(text, low + 1, end + 1))):
+            if unicodedata.category(found.group()) not in ("Mn", "Mc", "Me", "Cn"):
+                return found.start()
+        end = low
+    return None
+
+
+def _chunks(text: str, size: int = CHUNK_CHARS):
+    """Pieces of at most `size` chars whose token counts add up to the count of the whole text.
+
+    BPE time grows with the square of a piece's length, so a page that is one 2 MB "word" would
+    take seconds; cutting bounds the work. A text with no cut in `size` chars (such a word, or a
+    long run of whitespace) is cut every RUN_CHARS instead, which can change its count slightly.
     """
     start = 0
-    while start < len(text):
-        end = min(len(text), start + size)
-        if end < len(text):
-            space = max(text.rfind(" ", start + 1, end), text.rfind("\n", start + 1, end))
-            # no whitespace nearby: a run that long is cut short, where BPE stays cheap
-            end = space if space > start + size // 2 else start + RUN_CHARS
-        yield text[start:end]
-        start = end
+    while len(text) - start > size:
+        cut = _cut(text, start, start + size)
+        if cut is None:
+            end = start + size
+            yield from (text[i:min(i + RUN_CHARS, end)] for i in range(start, end, RUN_CHARS))
+            start = end
+        else:
+            yield text[start:cut]
+            start = cut
+    yield text[start:]
 
 
 def count(text: str) -> int:
