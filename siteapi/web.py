@@ -142,7 +142,7 @@ def body(limit: int = MAX_BODY_BYTES) -> bytes:
 
 
 def accept_q(accept: str) -> dict[str, float]:
-    """Media types named in an Accept header with their q-values; malformed parts are ignored."""
+    """Media types named in an Accept header with their q-values; a malformed q-value counts as 0."""
     out: dict[str, float] = {}
     for part in (accept or "").split(",")[:50]:
         pieces = [p.strip() for p in part.split(";")]
@@ -153,8 +153,10 @@ def accept_q(accept: str) -> dict[str, float]:
         for p in pieces[1:]:
             if p.lower().startswith("q="):
                 try:
-                    q = max(0.0, min(1.0, float(p[2:])))
+                    q = float(p[2:])
                 except ValueError:
+                    q = 0.0
+                if not 0.0 <= q <= 1.0:  # RFC 9110 qvalues run 0..1; nan, inf and 2 are malformed
                     q = 0.0
         out[media] = max(q, out.get(media, 0.0))
     return out
@@ -237,6 +239,11 @@ class Site:
         if not path.startswith("/") or _BAD_PATH.search(path) or _BAD_PATH.search(environ.get("RAW_URI", "").split("?")[0]):
             return self._early(environ, start_response, 400, "The path does not start with '/' or contains "
                                "'..' segments or control characters; send a plain path such as /search.json.", "bad_path")
+        try:  # WSGI hands the decoded path over as Latin-1; Bottle would drop bytes that are not UTF-8
+            path.encode("latin-1").decode("utf-8")
+        except UnicodeError:
+            return self._early(environ, start_response, 400, "The path is not UTF-8 once its %-escapes are decoded; "
+                               "percent-encode the path's UTF-8 bytes.", "bad_path")
         if len(environ.get("QUERY_STRING", "")) > MAX_QUERY_BYTES:
             return self._early(environ, start_response, 414, f"The query string is longer than {MAX_QUERY_BYTES} "
                                "bytes; send shorter parameters.", "uri_too_long")

@@ -40,6 +40,9 @@ def test_every_page_is_strict_html5_with_a_markdown_twin(api, site_settings):
     ("*/*", False),                                  # wildcards never count
     ("text/*", False),
     ("application/xhtml+xml, text/markdown;q=0.9", False),
+    ("text/markdown;q=nan", False),                  # a q-value outside 0..1 is malformed: q=0
+    ("text/markdown;q=inf", False),
+    ("text/markdown;q=2, text/html;q=0.1", False),
 ])
 def test_markdown_negotiation_follows_q_values(api, accept, markdown):
     r = api.get("/about", headers={"Accept": accept})
