@@ -244,9 +244,11 @@ class IcsServer(LoopbackServer):
 class FirmServer(LoopbackServer):
     """One firm's origin: a homepage at / and a robots.txt answered with `robots_status`."""
 
-    def __init__(self, title: str, robots: str = "User-agent: *\nAllow: /\n", robots_status: int = 200):
+    def __init__(self, title: str, robots: str = "User-agent: *\nAllow: /\n", robots_status: int = 200,
+                 og_image: str = "/og.png"):
         self.title = title
         self.description = f"{title} backs founders."
+        self.og_image = og_image
         self.robots = robots
         self.robots_status = robots_status
         self.page_status = 200
@@ -255,7 +257,7 @@ class FirmServer(LoopbackServer):
     def homepage(self) -> str:
         return (f"<!doctype html><html><head><title>{self.title}</title>"
                 f'<meta name="description" content="{self.description}">'
-                f'<meta property="og:image" content="/og.png"></head><body><h1>{self.title}</h1>'
+                f'<meta property="og:image" content="{self.og_image}"></head><body><h1>{self.title}</h1>'
                 + "<p>portfolio</p>" * 50 + "</body></html>")
 
     def respond(self, handler):

@@ -224,3 +224,21 @@ def test_roster_defaults_and_validation(tmp_path):
     assert len(ROSTER) == 20 and all(url.startswith("https://") for _, url in ROSTER)
     with pytest.raises(FeedError, match="needs a name and an http"):
         roster(make_settings(tmp_path, {"around_roster": [{"name": "X", "url": "ftp://x"}]}))
+
+
+def test_og_images_are_uris_or_nothing(tmp_path):
+    """A firm's og:image is kept as an absolute http(s) URI (spaces and <> percent-encoded, as
+    browsers send them); one that cannot be a URI is dropped and the homepage row still stands."""
+    written = {"Spaces": ("/a b.png?x=<y>", "/a%20b.png?x=%3Cy%3E"), "Template": ("http://[YOUR-DOMAIN]/og.png", None),
+               "Script": ("javascript:alert(1)", None), "Long": ("/" + "x" * 400 + ".png", None)}
+    firms = {name: FirmServer(name, og_image=html) for name, (html, _) in written.items()}
+    try:
+        settings = make_settings(tmp_path, {"around_roster": [{"name": n, "url": f.url + "/"} for n, f in firms.items()]})
+        run_around(settings, fetcher=loopback_fetcher(settings))
+        rows = {r["name"]: r for r in report(reader(settings))["results"]}
+        for name, (_, expected) in written.items():
+            assert rows[name]["status"] == 200 and "error" not in rows[name], rows[name]
+            assert rows[name]["ogImage"] == (firms[name].url + expected if expected else None), name
+    finally:
+        for server in firms.values():
+            server.close()

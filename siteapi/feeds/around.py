@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import robotstxt
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
@@ -27,7 +27,7 @@ from selectolax.lexbor import LexborHTMLParser as HTMLParser
 from siteapi import db
 from siteapi.feeds import FeedError, option
 from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
-from siteapi.lens.fetch import Fetcher, FetchFailed, FetchRefused, fetcher_from_settings
+from siteapi.lens.fetch import Fetcher, FetchFailed, FetchRefused, fetcher_from_settings, join_url
 from siteapi.web import ApiError, clamp_int
 
 SCHEMA = """
@@ -193,8 +193,18 @@ def _head_fields(body: bytes, content_type: str | None, base_url: str) -> dict:
     return {
         "title": _clip(title_node.text() if title_node else meta('meta[property="og:title"]')),
         "description": _clip(meta('meta[name="description"]', 'meta[property="og:description"]')),
-        "og_image": urljoin(base_url, og_image.strip())[:TEXT_CAP] if og_image else None,
+        "og_image": _image_url(base_url, og_image) if og_image else None,
     }
+
+
+def _image_url(base_url: str, written: str) -> str | None:
+    """The og:image as an absolute http(s) URI, spaces and the like percent-encoded as browsers send
+    them; None when it cannot be one or is too long to keep whole."""
+    url = join_url(base_url, written.strip())
+    if url is None or urlsplit(url).scheme not in ("http", "https"):
+        return None
+    url = quote(url, safe="%:/?#[]@!$&'()*+,;=")
+    return url if len(url) <= TEXT_CAP else None
 
 
 def crawl_firm(fetch: Fetch, firm: dict) -> dict:
