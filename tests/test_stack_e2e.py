@@ -462,3 +462,13 @@ def test_ledger_follows_the_real_caddy_log_rolls(tmp_path):
         assert "from 2 file(s): 130 crawler hits" in run_ledger(settings)
         assert "read 0 log lines" in run_ledger(settings)
         assert hits() == {"gptbot": 160, "claudebot": 100}
+
+
+@needs_caddy
+def test_the_app_down_is_a_json_502_at_the_edge(tmp_path):
+    with caddy_in_front(free_port(), tmp_path) as port:  # no app listens there: down or restarting
+        down = requests.get(f"http://127.0.0.1:{port}/search.json?q=honda", timeout=30)
+    assert down.status_code == 502 and down.headers["Content-Type"] == "application/json"
+    assert down.headers["Cache-Control"] == "no-store"
+    assert down.json() == {"error": "The site's app is not answering (it may be restarting); try again in a few "
+                                    "seconds.", "code": "upstream_unavailable", "status": 502}
