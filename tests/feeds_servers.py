@@ -3,7 +3,7 @@ endpoint, playlist with paginated items, several artists by id), an ICS calendar
 homepages with robots.txt.
 
 Each server runs a real ThreadingHTTPServer on 127.0.0.1 in a thread; `fault` switches it into a
-failure mode (500, slow, malformed, huge, unexpected schema) so tests can inject each fault.
+failure mode (500, slow, dripping, malformed, huge, unexpected schema) so tests can inject each fault.
 """
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ class LoopbackServer:
 
         self.requests: list = []
         self.fault: str | None = None
+        self.dripped = 0
         self.httpd = QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -81,6 +82,18 @@ class LoopbackServer:
         elif self.fault == "slow":
             time.sleep(1.5)
             self.send(handler, 200, "{}")
+        elif self.fault == "drip":  # a byte every 0.1 s for 10 s: every read is quick, the whole is not
+            handler.send_response(200)
+            handler.send_header("Content-Length", "100")
+            handler.end_headers()
+            try:
+                for _ in range(100):
+                    handler.wfile.write(b" ")
+                    handler.wfile.flush()
+                    self.dripped += 1
+                    time.sleep(0.1)
+            except OSError:
+                pass  # the client gave up, as it should
         else:
             return False
         return True
@@ -213,6 +226,9 @@ class SpotifyServer(LoopbackServer):
                 "owner": {"display_name": "Aadharsh", "id": "aadharsh", "type": "user"},
                 "images": [{"url": "https://image-cdn-ak.spotifycdn.com/image/ab67706c", "height": None, "width": None}],
                 "snapshot_id": "AAAAB3", "tracks": self.page(0)}))
+        if parts.path == prefix + "/tracks" and self.fault == "loop":  # removed tracks, `next` pointing back
+            page = self.page(0) | {"items": [self.items[2]], "next": f"{self.url}{parts.path}?offset=0"}
+            return self.send(handler, 200, json.dumps(page))
         if parts.path == prefix + "/tracks":
             return self.send(handler, 200, json.dumps(self.page(int(query.get("offset", ["0"])[0]))))
         if parts.path == "/v1/artists":

@@ -190,6 +190,17 @@ def test_faults_keep_the_last_busy_list(tmp_path, feed, fault, ics, message):
     assert read(settings, NOW) == before
 
 
+def test_a_feed_that_drips_is_left_at_the_time_limit(tmp_path, feed):
+    settings = settings_for(tmp_path)
+    run_calendar(settings, now=NOW)
+    before = read(settings, NOW)
+    feed.fault = "drip"
+    with pytest.raises(FeedError, match="took longer than its time limit"):
+        run_calendar(settings, now=NOW + dt.timedelta(minutes=5))
+    assert feed.dripped < 100  # the job hung up before the server had sent the body
+    assert read(settings, NOW) == before
+
+
 def test_feed_down_or_unset(tmp_path, feed, monkeypatch):
     settings = settings_for(tmp_path)
     feed.close()
@@ -207,3 +218,19 @@ def test_only_instants_are_stored(tmp_path, feed):
     columns = {row[1] for row in conn.execute("PRAGMA table_info(coffee_busy)")}
     assert columns == {"start_ms", "end_ms", "start_utc", "end_utc"}
     assert b"private" not in settings.db_path.read_bytes()
+
+
+def test_an_event_with_a_broken_rule_is_skipped_and_the_rest_kept(tmp_path, feed):
+    settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
+    feed.ics = calendar(
+        event("broken", "DTSTART:20270311T150000Z", "DTEND:20270311T160000Z", "RRULE:FREQ=WEEKLY;UNTIL=2027"),
+        event("two-rules", "DTSTART:20270312T150000Z", "DTEND:20270312T160000Z",
+              "RRULE:FREQ=WEEKLY;COUNT=2", "RRULE:FREQ=MINUTELY;COUNT=2"),
+        event("good", "DTSTART;TZID=America/New_York:20270311T120000", "DTEND;TZID=America/New_York:20270311T130000"))
+    with pytest.raises(FeedError, match="every second or minute"):  # a second RRULE is read too
+        run_calendar(settings, now=NOW)
+    feed.ics = feed.ics.replace("RRULE:FREQ=MINUTELY;COUNT=2\r\n", "")
+    assert "3 busy intervals" in run_calendar(settings, now=NOW)  # two weekly + the good one
+    days = by_day(read(settings, NOW)["slots"])
+    assert "12:00" not in days["2027-03-11"] and "10:00" not in days["2027-03-12"]
+    assert "09:45" in days["2027-03-11"]  # the broken rule's 10:00-11:00 holds nothing

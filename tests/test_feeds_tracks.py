@@ -87,8 +87,8 @@ def test_refused_credentials_fail_and_nothing_stored_is_a_502(tmp_path, spotify,
 
 
 @pytest.mark.parametrize("fault,message", [
-    ("500", "HTTP 500"), ("slow", "could not be reached|time limit"), ("malformed", "not JSON"),
-    ("huge", "more than"), ("schema", "unexpected shape"),
+    ("500", "HTTP 500"), ("slow", "could not be reached|time limit"), ("malformed", "not JSON"), ("huge", "more than"), ("schema", "unexpected shape"),
+    ("loop", "back at a page it already sent"),
 ])
 def test_faults_keep_the_last_good_copy(tmp_path, spotify, fault, message):
     settings = settings_for(tmp_path, spotify)
@@ -98,6 +98,16 @@ def test_faults_keep_the_last_good_copy(tmp_path, spotify, fault, message):
     with pytest.raises(FeedError, match=message):
         run_tracks(settings)
     assert now_playing(settings) == before
+
+
+def test_a_server_that_drips_is_left_at_the_time_limit(tmp_path, spotify):
+    settings = settings_for(tmp_path, spotify)
+    run_tracks(settings)
+    spotify.fault = "drip"
+    with pytest.raises(FeedError, match="took longer than its time limit"):
+        run_tracks(settings)
+    assert spotify.dripped < 100  # the job hung up before the server had sent the body
+    assert now_playing(settings)["count"] == 5
 
 
 def test_service_down_keeps_the_copy_and_empty_store_answers_502(tmp_path, spotify):

@@ -90,6 +90,17 @@ def _instant(value, zone: ZoneInfo, end_of_day: bool = False) -> dt.datetime:
     return dt.datetime.combine(value, dt.time(0), tzinfo=zone).astimezone(UTC)
 
 
+def _frequencies(event) -> set[str]:
+    """The FREQ values of an event's RRULEs (there may be several); none for a rule that does not
+    parse, which the expansion then skips as a bad series."""
+    rules = event.get("RRULE")
+    try:
+        return {str(f).upper() for rule in (rules if isinstance(rules, list) else [rules] if rules is not None else [])
+                for f in rule.get("FREQ", [])}
+    except Exception:  # icalendar hands back a broken property that raises on any access
+        return set()
+
+
 def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datetime) -> list[tuple[int, int]]:
     """Busy (start_ms, end_ms) pairs between `start` and `end`, merged and sorted. Raises FeedError."""
     try:
@@ -98,10 +109,8 @@ def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datet
         raise FeedError("The calendar feed is not a valid iCalendar (ICS) document.") from None
     if calendar.name != "VCALENDAR":
         raise FeedError("The calendar feed is not a VCALENDAR.")
-    for event in calendar.walk("VEVENT"):
-        rule = event.get("RRULE")
-        if rule is not None and {str(f).upper() for f in rule.get("FREQ", [])} & {"SECONDLY", "MINUTELY"}:
-            raise FeedError("The calendar feed has an event repeating every second or minute; it is refused.")
+    if any(_frequencies(event) & {"SECONDLY", "MINUTELY"} for event in calendar.walk("VEVENT")):
+        raise FeedError("The calendar feed has an event repeating every second or minute; it is refused.")
     spans = []
     try:
         for event in recurring_ical_events.of(calendar, skip_bad_series=True).between(start, end):

@@ -58,6 +58,7 @@ CREATE TABLE IF NOT EXISTS tracks_artists (
 
 MAX_RESPONSE_BYTES = 5_000_000
 ARTISTS_PER_CALL = 50  # the API's limit for Get Several Artists
+MAX_PLAYLIST_ITEMS = 10_000  # the most items Spotify lets a playlist hold
 MAX_ARTIST_CALLS = 20  # 1,000 artists a run; any past that keep their stored picture
 _token_lock = threading.Lock()
 _token_cache: dict[tuple[str, str], tuple[str, float]] = {}
@@ -194,18 +195,23 @@ def fetch_playlist(settings, known_artists: frozenset[str] = frozenset()) -> tup
         if not isinstance(playlist, dict) or not isinstance(playlist.get("name"), str):
             raise FeedError("The Spotify playlist has an unexpected shape: no name.")
         page = _paging(playlist.get("items", playlist.get("tracks")), "The Spotify playlist")
-        rows, position = [], 0
+        rows, position, entries, pages_seen = [], 0, 0, set()
         while True:
             for entry in page["items"]:
                 row = _track_row(entry, position)
+                entries += 1
                 if row:
                     rows.append(row)
                     position += 1
             next_url = page.get("next")
-            if not next_url or len(rows) >= cfg["max_tracks"]:
+            # removed tracks add no rows, so the item count, not the row count, bounds the paging
+            if not next_url or len(rows) >= cfg["max_tracks"] or entries >= MAX_PLAYLIST_ITEMS:
                 break
             if not isinstance(next_url, str) or not next_url.startswith(cfg["api_base"] + "/"):
                 raise FeedError("The Spotify playlist pointed its next page outside the API.")
+            if next_url in pages_seen:
+                raise FeedError("The Spotify playlist pointed its next page back at a page it already sent.")
+            pages_seen.add(next_url)
             page = _paging(_api(session, cfg, creds, next_url, "A Spotify playlist page"), "A Spotify playlist page")
         rows = rows[: cfg["max_tracks"]]
         ids = list(dict.fromkeys(a["id"] for row in rows for a in row["artists"]
