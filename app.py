@@ -113,16 +113,16 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         return tracks.now_playing(settings)
 
     def neighborhood():
-        return Reply(around.report(conn()), headers={"X-Robots-Tag": "noindex"})
+        return Reply(around.report(db.LazyReader(settings.db_path)), headers={"X-Robots-Tag": "noindex"})
 
     def change_radar():
-        return around.changes(conn(), params().get("limit", 50))
+        return around.changes(db.LazyReader(settings.db_path), params().get("limit", 50))
 
     def coffee_slots():
-        return coffee.availability(conn(), settings)
+        return coffee.availability(db.LazyReader(settings.db_path), settings)
 
     def crawl_ledger():
-        return ledger.ledger(conn(), settings)
+        return ledger.ledger(db.LazyReader(settings.db_path), settings)
 
     # -- the lens ------------------------------------------------------------------------------------
     def lens_fetch():

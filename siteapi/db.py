@@ -68,6 +68,17 @@ def reader(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
+class LazyReader:
+    """This thread's reader of `path`, opened at the first query: a site.db that cannot be opened
+    then fails as that query (sqlite3.Error), where the feeds already answer in their own shape."""
+
+    def __init__(self, path: str | Path):
+        self.path = path
+
+    def execute(self, sql: str, params=()) -> sqlite3.Cursor:
+        return reader(self.path).execute(sql, params)
+
+
 def versioned_cache(conn: sqlite3.Connection, limit: int = 512, recheck_s: float = 1.0) -> dict:
     """A per-thread dict for `conn` that empties itself when another connection has committed
     (PRAGMA data_version moved) or it holds `limit` entries. The version is read at most once per

@@ -29,6 +29,25 @@ def test_errors_before_any_job_ran(api):
     assert ledger.status_code == 502 and ledger.json()["code"] == "upstream_failed"
 
 
+def test_feeds_answer_in_their_own_shape_before_site_db_exists(tmp_path, checker):
+    log = tmp_path / "access.log"
+    log.write_text("")
+    settings = make_settings(tmp_path, {"playlist_id": "abc"}, access_log=str(log))
+    assert not settings.db_path.exists()  # the app started before the first job
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        client = Client(base, checker)  # validates every answer against /openapi.json
+        answers = {path: client.get(path) for path in
+                   ("/coffee/availability.json", "/ledger.json", "/around/json", "/around/changes.json")}
+    coffee = answers["/coffee/availability.json"]
+    assert coffee.status_code == 503 and coffee.json()["code"] == "calendar_unavailable"
+    assert coffee.headers["Retry-After"] == "60" and coffee.json()["slots"] == [] and "bookingUrl" in coffee.json()
+    ledger = answers["/ledger.json"]
+    assert ledger.status_code == 502 and ledger.json()["code"] == "upstream_failed" and ledger.json()["ok"] is False
+    changes = answers["/around/changes.json"]
+    assert changes.status_code == 503 and changes.json()["changes"] == [] and changes.json()["available"] is False
+    assert answers["/around/json"].status_code == 503
+
+
 def test_coffee_answers_get_and_head_only(api):
     assert api.request("HEAD", "/coffee/availability.json").status_code == 503
     for method in ("OPTIONS", "POST", "DELETE"):
