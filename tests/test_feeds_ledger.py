@@ -7,6 +7,7 @@ import gzip
 import json
 import shutil
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -125,6 +126,44 @@ def test_rolls_lose_and_double_count_nothing(tmp_path, log):
     assert hits(settings)["gptbot"] == 9
     assert "read 0 log lines" in run_ledger(settings)
     assert hits(settings)["gptbot"] == 9
+
+
+@pytest.mark.parametrize("first_read", ["", caddy_line("/p", UA["gptbot"])[:50]], ids=["empty", "half-a-line"])
+def test_a_roll_after_a_read_of_nothing_loses_nothing(tmp_path, log, first_read):
+    settings = settings_for(tmp_path, log)
+    append(log, first_read)  # a fresh log, or Caddy half-way through its first line
+    assert "read 0 log lines" in run_ledger(settings)
+    append(log, caddy_line("/p", UA["gptbot"])[len(first_read):] if first_read else "",
+           *(caddy_line(f"/a{i}", UA["gptbot"]) for i in range(4)))
+    roll(log, "2026-11-20T01-00-00.000")
+    append(log, caddy_line("/b", UA["gptbot"]))
+    assert "from 2 file(s)" in run_ledger(settings)
+    assert hits(settings)["gptbot"] == 6 - (not first_read)
+
+
+def test_overlapping_runs_count_each_line_once(tmp_path, log):
+    settings = settings_for(tmp_path, log)
+    run_ledger(settings)
+    append(log, *(caddy_line(f"/x{i}", UA["claudebot"]) for i in range(10)))
+    outcomes = []
+
+    def run():
+        try:
+            outcomes.append(run_ledger(settings))
+        except FeedError as exc:
+            outcomes.append(exc)
+
+    holder = db.connect(settings.db_path)
+    holder.execute("BEGIN IMMEDIATE")  # both runs read the log, then wait here for the write lock
+    runs = [threading.Thread(target=run) for _ in range(2)]
+    for thread in runs:
+        thread.start()
+    time.sleep(0.5)
+    holder.execute("ROLLBACK")
+    for thread in runs:
+        thread.join()
+    assert hits(settings)["claudebot"] == 10
+    assert sum(isinstance(o, FeedError) and "changed nothing" in str(o) for o in outcomes) <= 1
 
 
 def test_gzip_in_progress_prefers_the_complete_plain_copy(tmp_path, log):

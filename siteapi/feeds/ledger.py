@@ -1,11 +1,13 @@
 """The AI-crawler ledger: the site's own Caddy JSON access log, read incrementally, as daily counts.
 
 The job remembers where it stopped (offset plus a fingerprint of the file's first bytes, which
-survives renames and gzip). When Caddy rolls the log (`access.log` becomes
+survives renames and gzip; before any complete line was read, the file's inode, which survives
+the rename). When Caddy rolls the log (`access.log` becomes
 `access-<time>.log`, later `.log.gz`, and a new `access.log` starts) the job first finishes the
 rolled file from its offset, then reads any later rolled files whole, then the new log: nothing
 lost, nothing counted twice. Only complete lines are consumed, and counts and the new position
-are written in one transaction, so a failed run changes nothing. Responses below 400 whose
+are written in one transaction, so a failed run changes nothing, and a run that finds another
+one committed first while it read (a hand-started run beside the scheduler's) changes nothing. Responses below 400 whose
 User-Agent the crawler registry knows (our own AadharshBot excepted) are counted per UTC day,
 crawler and path. The reader prices the last 30 days at one cent a page, as commentary.
 """
@@ -15,6 +17,7 @@ import datetime as dt
 import gzip
 import hashlib
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -35,7 +38,7 @@ CREATE TABLE IF NOT EXISTS ledger_state (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     log_path TEXT NOT NULL,
     offset INTEGER NOT NULL,        -- bytes consumed (decompressed, for a gzip-rolled file)
-    fingerprint TEXT NOT NULL,      -- SHA-256 of the file's first fingerprint_len bytes
+    fingerprint TEXT NOT NULL,      -- SHA-256 of the file's first fingerprint_len bytes; with 0, "inode DEV:INO"
     fingerprint_len INTEGER NOT NULL,
     read_at TEXT NOT NULL,
     lines_total INTEGER NOT NULL,
@@ -65,6 +68,20 @@ def _fingerprint(path: Path, length: int) -> str | None:
     return hashlib.sha256(head).hexdigest() if len(head) == length else None
 
 
+def _identity(stat) -> str:
+    return f"inode {stat.st_dev}:{stat.st_ino}"
+
+
+def _same_file(path: Path, fingerprint: str, length: int) -> bool:
+    # The bytes of an empty head match every file; the inode follows the file through Caddy's rename.
+    if length:
+        return _fingerprint(path, length) == fingerprint
+    try:
+        return _identity(path.stat()) == fingerprint
+    except OSError:
+        return False
+
+
 def rolled_files(log: Path) -> list[Path]:
     """Caddy's rolled copies of `log`, oldest first (their names carry the roll time)."""
     candidates = list(log.parent.glob(log.stem + "-*"))
@@ -80,13 +97,12 @@ def _plan(log: Path, state) -> tuple[list[tuple[Path, int, bool]], bool]:
     if state is None or state["log_path"] != str(log):
         return [(log, 0, True)], False
     fp, fp_len, offset = state["fingerprint"], state["fingerprint_len"], state["offset"]
-    if _fingerprint(log, fp_len) == fp and log.stat().st_size >= offset:
+    if _same_file(log, fp, fp_len) and log.stat().st_size >= offset:
         return [(log, offset, True)], False
     rolled = rolled_files(log)
-    if fp_len:
-        for i, path in enumerate(rolled):
-            if _fingerprint(path, fp_len) == fp:
-                return [(path, offset, False)] + [(p, 0, False) for p in rolled[i + 1:]] + [(log, 0, True)], False
+    for i, path in enumerate(rolled):
+        if _same_file(path, fp, fp_len):
+            return [(path, offset, False)] + [(p, 0, False) for p in rolled[i + 1:]] + [(log, 0, True)], False
     return [(log, 0, True)], True
 
 
@@ -144,7 +160,8 @@ def read_new_lines(log: Path, state) -> dict:
                 if live:  # fingerprint from the same handle: the file may be rolled right after
                     fp_len = min(FINGERPRINT_BYTES, consumed)
                     f.seek(0)
-                    fingerprint = hashlib.sha256(f.read(fp_len)).hexdigest()
+                    fingerprint = (hashlib.sha256(f.read(fp_len)).hexdigest() if fp_len
+                                   else _identity(os.fstat(f.fileno())))
         except (OSError, EOFError, gzip.BadGzipFile) as exc:
             raise FeedError(f"The access log {path} could not be read: {exc.__class__.__name__}.") from None
         end_offset = consumed
@@ -164,6 +181,8 @@ def run_ledger(settings) -> str:
         cutoff = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=KEEP_DAYS)).strftime("%Y-%m-%d")
         totals = (state["lines_total"], state["counted_total"], state["malformed_total"]) if state else (0, 0, 0)
         with db.transaction(conn):
+            if tuple(state or ()) != tuple(conn.execute("SELECT * FROM ledger_state WHERE id = 1").fetchone() or ()):
+                raise FeedError("Another ledger run counted these lines while this one read them; this run changed nothing.")
             conn.executemany(
                 "INSERT INTO ledger_hits (day, bot, path, hits) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (day, bot, path) DO UPDATE SET hits = hits + excluded.hits",
