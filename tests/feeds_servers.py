@@ -261,8 +261,9 @@ class FirmServer(LoopbackServer):
     """One firm's origin: a homepage at / and a robots.txt answered with `robots_status`."""
 
     def __init__(self, title: str, robots: str = "User-agent: *\nAllow: /\n", robots_status: int = 200,
-                 og_image: str = "/og.png"):
+                 og_image: str = "/og.png", encoding: str = "utf-8"):
         self.title = title
+        self.encoding = encoding
         self.description = f"{title} backs founders."
         self.og_image = og_image
         self.robots = robots
@@ -285,7 +286,8 @@ class FirmServer(LoopbackServer):
         if self.fault == "huge":
             return self.send(handler, 200, "<html><title>Huge</title>" + "a" * 400_000, "text/html")
         if path in ("/", "/home"):
-            return self.send(handler, self.page_status, self.homepage(), "text/html; charset=utf-8",
+            return self.send(handler, self.page_status, self.homepage().encode(self.encoding),
+                             f"text/html; charset={self.encoding}",
                              {"Last-Modified": "Tue, 03 Nov 2026 10:00:00 GMT"})
         if path == "/old":
             return self.send(handler, 301, "", "text/plain", {"Location": "/home"})

@@ -102,13 +102,12 @@ def test_changes_between_crawls_with_severity(tmp_path, firms):
     assert changes(reader(settings))["changes"] == []
     firms["Alpha"].title = "Alpha Ventures — Fund IV"
     firms["Gamma"].page_status = 500
-    firms["Delta"].robots_status = 200
-    firms["Delta"].robots = "User-agent: *\nDisallow:\n"
+    firms["Beta"].robots = "User-agent: *\nDisallow:\n"
     run_around(settings, fetcher=loopback_fetcher(settings))
     body = changes(reader(settings))
     assert body["ok"] is True and body["available"] is True and body["targetCount"] == 5
     found = {c["name"]: c for c in body["changes"]}
-    assert set(found) == {"Alpha", "Gamma", "Delta"}
+    assert set(found) == {"Alpha", "Gamma", "Beta"}
     alpha = found["Alpha"]
     assert alpha["severity"] == "medium" and alpha["previousObservedAt"] <= alpha["observedAt"]
     fields = {c["field"]: c for c in alpha["changes"]}
@@ -116,8 +115,8 @@ def test_changes_between_crawls_with_severity(tmp_path, firms):
     assert fields["title"] == {"field": "title", "before": "Alpha Ventures", "after": "Alpha Ventures — Fund IV"}
     assert len(fields["content"]["before"]) == 64  # hashes, never bodies
     assert found["Gamma"]["severity"] == "high" and {"field": "status", "before": 200, "after": 500} in found["Gamma"]["changes"]
-    delta = {c["field"]: c for c in found["Delta"]["changes"]}
-    assert found["Delta"]["severity"] == "high" and delta["robots"]["after"] == "allow" and delta["skipped"]["after"] is None
+    beta = {c["field"]: c for c in found["Beta"]["changes"]}
+    assert found["Beta"]["severity"] == "high" and beta["robots"]["after"] == "allow" and beta["skipped"]["after"] is None
     assert "<html" not in json.dumps(body) and "portfolio" not in json.dumps(body)
     assert all(c["ageMs"] >= 0 for c in body["changes"])
     assert len(changes(reader(settings), limit=1)["changes"]) == 1
@@ -128,6 +127,37 @@ def test_changes_between_crawls_with_severity(tmp_path, firms):
     newest = changes(reader(settings))["changes"]
     assert newest[0]["observedAt"] >= newest[-1]["observedAt"]
     assert [c["name"] for c in newest if c["changes"][0].get("after") == "Alpha Ventures"] == ["Alpha"]
+
+
+def test_a_run_without_robots_txt_observes_nothing_and_changes_nothing(tmp_path, firms):
+    settings = settings_for(tmp_path, firms)
+    run_around(settings, fetcher=loopback_fetcher(settings))
+    firms["Alpha"].robots_status = 503
+    run_around(settings, fetcher=loopback_fetcher(settings))
+    alpha = next(r for r in report(reader(settings))["results"] if r["name"] == "Alpha")
+    assert alpha["skipped"] == "robots_unavailable" and alpha["title"] is None  # the snapshot says so
+    firms["Alpha"].title = "Alpha Ventures II"  # changed while it could not be observed
+    firms["Alpha"].robots_status = 200
+    run_around(settings, fetcher=loopback_fetcher(settings))
+    found = [c for c in changes(reader(settings))["changes"] if c["name"] == "Alpha"]
+    assert len(found) == 1  # none for the skipped run, none for the recovery itself
+    fields = {c["field"]: c for c in found[0]["changes"]}
+    assert set(fields) == {"title", "content"}  # against the last observation
+    assert fields["title"]["before"] == "Alpha Ventures" and fields["title"]["after"] == "Alpha Ventures II"
+    # Delta's robots.txt has never answered: it was never observed, so nothing has changed
+    assert not [c for c in changes(reader(settings))["changes"] if c["name"] == "Delta"]
+
+
+def test_a_homepage_in_another_charset_is_read_in_it(tmp_path):
+    server = FirmServer("Café Crème Capital – Fonds", encoding="windows-1252")
+    try:
+        settings = make_settings(tmp_path, {"around_roster": [{"name": "Café", "url": server.url + "/"}]})
+        run_around(settings, fetcher=loopback_fetcher(settings))
+        row = report(reader(settings))["results"][0]
+        assert row["title"] == "Café Crème Capital – Fonds"
+        assert row["description"] == "Café Crème Capital – Fonds backs founders."
+    finally:
+        server.close()
 
 
 def test_slow_and_down_firms_are_recorded_not_fatal(tmp_path, firms):

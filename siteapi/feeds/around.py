@@ -4,8 +4,9 @@ Each firm's robots.txt is asked first (Google's parser, our product token): a 4x
 allows everything, a 5xx or unreachable one skips the firm this run. Allowed homepages are
 fetched 4 at a time with a 4 s limit and a 200 KB body cap, through a `fetch` callable so the
 lens's SSRF-safe fetcher can be plugged in. Per firm and crawl the store keeps head fields and a
-SHA-256 of the bounded body, never the body itself. Change records between consecutive crawls of
-a firm are computed when a crawl is stored; crawls and changes older than 90 days are pruned. A
+SHA-256 of the bounded body, never the body itself. Change records between a firm's consecutive
+observations are computed when a crawl is stored (a run skipped for an unavailable robots.txt
+observed nothing, so it is shown in its snapshot but neither compared nor compared against); crawls and changes older than 90 days are pruned. A
 crawl that reached no firm (each one failed or had no readable robots.txt) is an outage on our
 side: it fails and stores nothing, so the last snapshot stays and the radar stays quiet.
 """
@@ -28,6 +29,7 @@ from siteapi import db
 from siteapi.feeds import FeedError, option
 from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
 from siteapi.lens.fetch import Fetcher, FetchFailed, FetchRefused, fetcher_from_settings, join_url
+from siteapi.lens.page import decode_text
 from siteapi.web import ApiError, clamp_int
 
 SCHEMA = """
@@ -179,7 +181,7 @@ def _clip(text: str | None) -> str | None:
 def _head_fields(body: bytes, content_type: str | None, base_url: str) -> dict:
     if "html" not in (content_type or "html").lower():
         return {"title": None, "description": None, "og_image": None}
-    tree = HTMLParser(body.decode("utf-8", "replace"))
+    tree = HTMLParser(decode_text(body, content_type or "", sniff_meta=True)[0])
 
     def meta(*selectors):
         for sel in selectors:
@@ -278,11 +280,11 @@ def run_around(settings, fetcher: Fetcher | None = None) -> str:
                 (crawled_at, PRODUCT_USER_AGENT, len(rows), int((time.monotonic() - started) * 1000), signed_with)).lastrowid
             for row in rows:
                 previous = conn.execute(
-                    "SELECT * FROM around_results WHERE target = ? ORDER BY crawl_id DESC LIMIT 1", (row["target"],)
-                ).fetchone()
+                    "SELECT * FROM around_results WHERE target = ? AND skipped IS NOT 'robots_unavailable'"
+                    " ORDER BY crawl_id DESC LIMIT 1", (row["target"],)).fetchone()
                 conn.execute(f"INSERT INTO around_results (crawl_id, {', '.join(row)}) VALUES (?, {', '.join('?' * len(row))})",
                              (crawl_id, *row.values()))
-                found = previous and diff(previous, row)
+                found = previous and row["skipped"] != "robots_unavailable" and diff(previous, row)
                 if found:
                     changed += 1
                     conn.execute(
