@@ -128,23 +128,36 @@ class Model:
         return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
 
-_models: dict[tuple[Path, Path], Model | None] = {}
+_models: dict[tuple[Path, Path], Model] = {}
+_failed: dict[tuple[Path, Path], tuple | None] = {}  # the files' state when loading them failed
 _models_lock = threading.Lock()
+
+
+def _files_state(key: tuple[Path, Path]) -> tuple | None:
+    try:
+        return tuple((stat.st_mtime_ns, stat.st_size) for stat in (path.stat() for path in key))
+    except OSError:
+        return None
 
 
 def load_model(config: RankerSettings) -> Model | None:
     """The process's model for these files, loaded on first use; None when it cannot be loaded
-    (missing or unreadable file), so callers fall back instead of failing."""
+    (missing or unreadable file), so callers fall back instead of failing. A failed load is tried
+    again once the files change, so a long-running process picks up a model put back in place."""
     key = (config.model_path, config.tokenizer_path)
     if key in _models:
         return _models[key]
+    state = _files_state(key)
+    if key in _failed and _failed[key] == state:
+        return None
     with _models_lock:
         if key not in _models:
             try:
                 _models[key] = Model(*key)
             except Exception as exc:  # onnxruntime and tokenizers raise their own error types
                 log.warning("ask model unavailable (%s): %s", config.model_path, exc)
-                _models[key] = None
+                _failed[key] = state
+                return None
         return _models[key]
 
 

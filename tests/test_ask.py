@@ -442,6 +442,9 @@ def test_a_missing_model_file_falls_back_with_model_unavailable(site, tmp_path):
     assert body["_meta"]["ranking"] == "lexical:model-unavailable"
     assert body["results"][0]["url"].endswith("/carb-rebuild")
     assert ranker.refresh_page_vectors(site.conn, settings) == 0
+    (tmp_path / "absent.onnx").symlink_to(ROOT / "models" / "minilm-l6-v2-int8.onnx")  # the file put back
+    body = call(site, {"query": "carburetor jets", "streaming": "0"}, settings=settings)[2]
+    assert body["_meta"]["ranking"] == "model:minilm-l6-v2-int8"  # the same process tries again
 
 
 def test_no_page_vectors_falls_back_and_the_content_job_keeps_them_current(tmp_path):
