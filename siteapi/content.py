@@ -3,7 +3,9 @@
 A content file is Markdown with YAML front matter (title, description, date, kind, path, tags).
 The job reads every file, parses outside any transaction, then applies added, changed and
 deleted pages in one short write transaction. A file that does not parse is reported by file and
-line; its last good row stays, and every other page is still indexed.
+line; its last good row stays, and every other page is still indexed. A path claimed by two files stays
+with the file that already publishes it. A content folder that is missing, or empty while pages exist,
+is refused and every page kept.
 """
 from __future__ import annotations
 
@@ -58,6 +60,15 @@ CREATE TABLE IF NOT EXISTS site_files (
 markdown = MarkdownIt("commonmark", {"typographer": False}).enable("table")
 _TAGS = re.compile(r"<[^>]+>")
 _SPACE = re.compile(r"\s+")
+_DAY = re.compile(r"(\d{4}-\d\d-\d\d)(?:[Tt ].*)?")
+_TYPE_NAMES = {bool: "yes/no", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML that leaves dates as text, so `date: 2024-13-05` is reported like any other bad date."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
 
 
 class ContentError(ValueError):
@@ -86,14 +97,31 @@ def plain_text(markdown_body: str) -> str:
     return _SPACE.sub(" ", html.unescape(_TAGS.sub(" ", markdown.render(markdown_body)))).strip()
 
 
-def parse_file(file: Path, root: Path) -> Page:
-    rel = file.relative_to(root).as_posix()
-    raw = file.read_bytes()
+def read_text(file: Path, rel: str) -> str:
+    """The file as UTF-8 text, or a ContentError naming `rel` (and the line of a bad byte)."""
     try:
-        source = raw.decode("utf-8")
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ContentError(f"{rel} cannot be read ({exc.strerror or exc}); fix or remove it.") from None
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
         raise ContentError(f"{rel} line {line}: not UTF-8 text (byte {exc.start}).") from None
+
+
+def day(value: object) -> str | None:
+    """`value` as YYYY-MM-DD when it is a real day written that way (a time may follow), else None."""
+    match = _DAY.fullmatch(value) if isinstance(value, str) else None
+    try:
+        return dt.date.fromisoformat(match[1]).isoformat() if match else None
+    except ValueError:  # 2024-13-05
+        return None
+
+
+def parse_file(file: Path, root: Path) -> Page:
+    rel = file.relative_to(root).as_posix()
+    source = read_text(file, rel)
     if not source.startswith("---"):
         raise ContentError(f"{rel} line 1: front matter must start with a '---' line.")
     end = re.search(r"^---\s*$", source[3:], re.M)
@@ -101,14 +129,25 @@ def parse_file(file: Path, root: Path) -> Page:
         raise ContentError(f"{rel} line 1: front matter is not closed by a '---' line.")
     front, body = source[3:3 + end.start()], source[3 + end.end():].lstrip("\n")
     try:
-        meta = yaml.safe_load(front) or {}
+        meta = yaml.load(front, Loader=_Loader) or {}
     except yaml.MarkedYAMLError as exc:
-        line = (exc.problem_mark.line + 2) if exc.problem_mark else 1
+        line = (exc.problem_mark.line + 1) if exc.problem_mark else 1  # mark lines count from 0
         raise ContentError(f"{rel} line {line}: front matter is not valid YAML ({exc.problem}).") from None
+    except yaml.reader.ReaderError as exc:
+        line = front[:exc.position].count("\n") + 1
+        raise ContentError(f"{rel} line {line}: front matter holds the character U+{exc.character:04X}, which YAML "
+                           "does not allow; delete it.") from None
+    except RecursionError:
+        raise ContentError(f"{rel}: front matter is nested too deeply to read.") from None
     if not isinstance(meta, dict):
         raise ContentError(f"{rel} line 2: front matter must be a mapping of keys to values.")
-    for key in ("title", "path", "kind"):
-        if not isinstance(meta.get(key), str) or not meta[key].strip():
+    for key in ("title", "path", "kind", "description"):
+        value = meta.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ContentError(f"{rel} line {key_line(front, key)}: {key} must be text, not "
+                               f"{_TYPE_NAMES.get(type(value), type(value).__name__)}; write {key}: and the text, "
+                               "in quotes if it could read as a number, yes/no, list or mapping.")
+        if key != "description" and not (value or "").strip():
             raise ContentError(f"{rel} line {key_line(front, key)}: front matter needs a text '{key}'.")
     if meta["kind"] not in KINDS:
         raise ContentError(f"{rel} line {key_line(front, 'kind')}: kind must be one of {', '.join(KINDS)}, "
@@ -118,20 +157,27 @@ def parse_file(file: Path, root: Path) -> Page:
         raise ContentError(f"{rel} line {key_line(front, 'path')}: path must start with '/' and not end with '/' "
                            f"or '.md', not {path!r}.")
     date = meta.get("date")
-    if isinstance(date, (dt.date, dt.datetime)):
-        date = date.isoformat()[:10]
+    if date is not None:
+        date = day(date)
+        if date is None:
+            raise ContentError(f"{rel} line {key_line(front, 'date')}: date must be a real day written YYYY-MM-DD, "
+                               f"e.g. date: 2024-05-13, not {meta['date']!r}.")
+    tags = [] if meta.get("tags") is None else meta["tags"]
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise ContentError(f"{rel} line {key_line(front, 'tags')}: tags must be a list of text, "
+                           "e.g. tags: [film, recipes], with any tag that reads as a number in quotes.")
     text = plain_text(body)
     return Page(
         path=path,
         title=meta["title"].strip()[:140],
-        description=str(meta.get("description") or text[:240]).strip()[:240],
+        description=(meta.get("description") or text[:240]).strip()[:240],
         kind=meta["kind"],
-        date=str(date) if date else None,
+        date=date,
         body=body,
         text=text,
-        hash=hashlib.sha256(raw).hexdigest(),
+        hash=hashlib.sha256(source.encode()).hexdigest(),
         source=rel,
-        tags=json.dumps([str(t) for t in meta.get("tags") or []]),
+        tags=json.dumps(tags),
         path_line=key_line(front, "path"),
     )
 
@@ -144,22 +190,28 @@ def key_line(front: str, key: str) -> int:
     return 1
 
 
-def read_content(root: Path) -> tuple[list[Page], list[str], list[str]]:
-    """Every parseable page, the error sentences of the rest, and the sources that failed."""
-    pages, errors, failed = [], [], []
-    seen: dict[str, str] = {}
+def read_content(root: Path, owners: dict[str, str] | None = None) -> tuple[list[Page], list[str], list[str]]:
+    """Every parseable page that holds its path, the error sentences of the rest, and the sources that failed.
+
+    `owners` maps published paths to their files (site.db's `source`): a file that still claims its path,
+    or no longer parses, keeps it from a newcomer; among newcomers the first file by name holds a path."""
+    parsed, errors, failed = [], [], []
     for file in sorted(root.rglob("*.md")):
         try:
-            page = parse_file(file, root)
-            if page.path in seen:
-                raise ContentError(f"{page.source} line {page.path_line}: path {page.path} is already used by "
-                                   f"{seen[page.path]}.")
+            parsed.append(parse_file(file, root))
         except ContentError as exc:
             errors.append(str(exc))
             failed.append(file.relative_to(root).as_posix())
-            continue
-        seen[page.path] = page.source
-        pages.append(page)
+    claims = {(page.path, page.source) for page in parsed}
+    holders = {path: source for path, source in (owners or {}).items() if source in failed or (path, source) in claims}
+    pages = []
+    for page in parsed:
+        holder = holders.setdefault(page.path, page.source)
+        if holder == page.source:
+            pages.append(page)
+        else:
+            errors.append(f"{page.source} line {page.path_line}: path {page.path} is already used by {holder}.")
+            failed.append(page.source)
     return pages, errors, failed
 
 
@@ -167,7 +219,7 @@ def read_resume(root: Path) -> str | None:
     file = root / "resume.json"
     if not file.exists():
         return None
-    text = file.read_text(encoding="utf-8")
+    text = read_text(file, "resume.json")
     try:
         resume = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -180,17 +232,26 @@ def read_resume(root: Path) -> str | None:
 
 def run_content(settings) -> str:
     """Index content/ into `pages` incrementally; raise after applying the good files if any failed."""
-    pages, errors, failed = read_content(settings.content_dir)
-    try:
-        resume = read_resume(settings.content_dir)
-    except ContentError as exc:
-        errors.append(str(exc))
-        resume = None
+    root = settings.content_dir
+    if not root.is_dir():
+        raise ContentError(f"The content folder {root} is missing or not a folder; check content_dir. "
+                           "Every page is kept.")
     conn = db.writer(settings.db_path)
     try:
         stored = {r["path"]: (r["hash"], r["source"]) for r in conn.execute("SELECT path, hash, source FROM pages")}
+        pages, errors, failed = read_content(root, {path: source for path, (_, source) in stored.items()})
+        if stored and not pages and not failed:
+            raise ContentError(f"The content folder {root} holds no .md files; check content_dir. "
+                               "Every page is kept.")
+        try:
+            resume = read_resume(root)
+        except ContentError as exc:
+            errors.append(str(exc))
+            resume = None
         wanted = {p.path: p for p in pages}
-        changed = [p for p in pages if stored.get(p.path, (None,))[0] != p.hash]
+        # A page moved unchanged to another file is rewritten too: its row must name the file whose
+        # later parse error keeps it.
+        changed = [p for p in pages if stored.get(p.path) != (p.hash, p.source)]
         # A file that failed keeps its last good row; only pages whose file is gone are deleted.
         gone = [path for path, (_, source) in stored.items()
                 if path not in wanted and source not in failed]

@@ -1,11 +1,16 @@
 """The content job: incremental indexing, deletions, broken front matter, job_runs."""
+import os
 import shutil
 import subprocess
 import sys
 
+import pytest
+import requests
 from conftest import ROOT, make_settings
+from servers import serve_wsgi
 
 import jobs
+from app import make_app
 from siteapi import db
 
 
@@ -21,6 +26,33 @@ def pages(settings):
         return {r["path"]: r["hash"] for r in conn.execute("SELECT path, hash FROM pages")}
     finally:
         conn.close()
+
+
+def rows(settings, sql, *params):
+    conn = db.connect(settings.db_path, readonly=True)
+    try:
+        return [tuple(r) for r in conn.execute(sql, params)]
+    finally:
+        conn.close()
+
+
+def page_text(title, path, kind="page", extra=""):
+    return f"---\ntitle: {title}\nkind: {kind}\npath: {path}\n{extra}---\nSome words about {title}.\n"
+
+
+def small_site(tmp_path):
+    """Three pages and a resume, indexed once."""
+    content = tmp_path / "content"
+    (content / "pages").mkdir(parents=True)
+    (content / "writing").mkdir()
+    (content / "pages" / "about.md").write_text(page_text("About", "/about", extra="date: 2026-01-02\ntags: [me]\n"))
+    (content / "pages" / "uses.md").write_text(page_text("Uses", "/uses"))
+    (content / "writing" / "first.md").write_text(page_text("First post", "/writing/first", "writing"))
+    (content / "resume.json").write_text('{"basics": {"name": "Owner"}}')
+    settings = make_settings(tmp_path, content_dir=content)
+    ok, summary = jobs.run_job(settings, "content")
+    assert ok, summary
+    return content, settings
 
 
 def test_incremental_index_changes_and_deletions(tmp_path):
@@ -115,3 +147,141 @@ def test_a_resume_that_is_not_one_object_keeps_the_last_good_one(tmp_path):
     conn = db.connect(settings.db_path, readonly=True)
     stored = conn.execute("SELECT body FROM site_files WHERE name = 'resume.json'").fetchone()["body"]
     assert stored == (ROOT / "content" / "resume.json").read_text()
+
+
+def test_a_missing_or_empty_content_folder_is_refused_and_every_page_kept(tmp_path):
+    content = copy_content(tmp_path)
+    settings = make_settings(tmp_path, content_dir=content)
+    assert jobs.run_job(settings, "content")[0]
+    before = pages(settings)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not a page")
+    for folder in (tmp_path / "contnet", empty):
+        ok, error = jobs.run_job(make_settings(tmp_path, content_dir=folder), "content")
+        assert not ok and str(folder) in error and "content_dir" in error and "Every page is kept" in error
+        assert pages(settings) == before
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        assert requests.get(base + "/about", timeout=30).status_code == 200
+        assert requests.get(base + "/search.json?q=photo", timeout=30).json()["total"] > 0
+    (tmp_path / "fresh").mkdir()
+    fresh = make_settings(tmp_path / "fresh", content_dir=empty)  # no pages yet: an empty folder is fine
+    ok, summary = jobs.run_job(fresh, "content")
+    assert ok and summary.startswith("0 pages")
+
+
+def break_date(content):
+    (content / "pages" / "about.md").write_text(page_text("About", "/about", extra="date: 2024-13-05\n"))
+
+
+def break_tags(content):
+    (content / "pages" / "about.md").write_text(page_text("About", "/about", extra="tags: 5\n"))
+
+
+def break_with_nul(content):
+    (content / "pages" / "about.md").write_text("---\ntitle: Ab\x00out\nkind: page\npath: /about\n---\nBody.\n")
+
+
+def break_link(content):
+    (content / "pages" / "about.md").unlink()
+    os.symlink(content / "pages" / "gone.md", content / "pages" / "about.md")
+
+
+def break_into_folder(content):
+    (content / "pages" / "about.md").unlink()
+    (content / "pages" / "about.md").mkdir()
+
+
+def break_resume(content):
+    (content / "resume.json").write_bytes(b'{"basics": {"name": "Caf\xe9"}}')
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (break_date, "pages/about.md line 5: date must be a real day written YYYY-MM-DD, e.g. date: 2024-05-13, "
+                 "not '2024-13-05'."),
+    (break_tags, "pages/about.md line 5: tags must be a list of text, e.g. tags: [film, recipes]"),
+    (break_with_nul, "pages/about.md line 2: front matter holds the character U+0000"),
+    (break_link, "pages/about.md cannot be read (No such file or directory)"),
+    (break_into_folder, "pages/about.md cannot be read (Is a directory)"),
+    (break_resume, "resume.json line 1: not UTF-8 text"),
+], ids=["date", "tags", "nul", "link", "folder", "resume"])
+def test_one_bad_file_is_named_keeps_its_last_good_row_and_the_rest_is_indexed(tmp_path, damage, expected):
+    content, settings = small_site(tmp_path)
+    before = rows(settings, "SELECT * FROM pages WHERE path = '/about'")
+    resume = rows(settings, "SELECT body FROM site_files WHERE name = 'resume.json'")
+    damage(content)
+    (content / "writing" / "second.md").write_text(page_text("Second post", "/writing/second", "writing"))
+    ok, error = jobs.run_job(settings, "content")
+    assert not ok and expected in error and "1 failed" in error
+    assert rows(settings, "SELECT * FROM pages WHERE path = '/about'") == before
+    assert rows(settings, "SELECT body FROM site_files WHERE name = 'resume.json'") == resume
+    assert set(pages(settings)) == {"/about", "/uses", "/writing/first", "/writing/second"}
+
+
+def test_a_wrong_type_is_reported_with_what_to_write_instead(tmp_path):
+    from siteapi.content import read_content
+
+    faults = {
+        "title-number.md": ("title: 2024\nkind: page\npath: /a\n",
+                            "line 2: title must be text, not a number; write title: and the text, in quotes"),
+        "kind-yes.md": ("title: T\nkind: yes\npath: /b\n", "line 3: kind must be text, not yes/no"),
+        "path-list.md": ("title: T\nkind: page\npath: [/c]\n", "line 4: path must be text, not a list"),
+        "description-list.md": ("title: T\nkind: page\npath: /d\ndescription: [1, 2]\n",
+                                "line 5: description must be text, not a list"),
+        "date-words.md": ("title: T\nkind: page\npath: /e\ndate: last spring\n",
+                          "line 5: date must be a real day written YYYY-MM-DD, e.g. date: 2024-05-13, "
+                          "not 'last spring'."),
+        "date-number.md": ("title: T\nkind: page\npath: /f\ndate: 20240105\n", "line 5: date must be a real day"),
+        "tags-text.md": ("title: T\nkind: page\npath: /g\ntags: film\n",
+                         "line 5: tags must be a list of text, e.g. tags: [film, recipes]"),
+        "tags-nested.md": ("title: T\nkind: page\npath: /h\ntags: [film, {a: b}]\n", "line 5: tags must be a list"),
+        "yaml-tab.md": ("title:\tT\nkind: page\npath: /i\n", "line 2: front matter is not valid YAML"),
+    }
+    for name, (front, _) in faults.items():
+        (tmp_path / name).write_text(f"---\n{front}---\nbody\n")
+    (tmp_path / "fine.md").write_text("---\ntitle: Fine\nkind: page\npath: /fine\ndate: 2024-02-29 10:00:00\n"
+                                     "tags: [film, '2024']\n---\nbody\n")
+    pages, errors, failed = read_content(tmp_path)
+    assert [(p.source, p.date, p.tags) for p in pages] == [("fine.md", "2024-02-29", '["film", "2024"]')]
+    for name, (_, expected) in faults.items():
+        assert any(e.startswith(f"{name} {expected}") for e in errors), (name, errors)
+    assert sorted(failed) == sorted(faults)
+
+
+def test_a_page_moved_unchanged_keeps_its_last_good_row_when_its_new_file_breaks(tmp_path):
+    content, settings = small_site(tmp_path)
+    shutil.move(content / "pages" / "uses.md", content / "writing" / "uses.md")
+    ok, summary = jobs.run_job(settings, "content")
+    assert ok and "1 added or changed, 0 removed" in summary
+    assert rows(settings, "SELECT source FROM pages WHERE path = '/uses'") == [("writing/uses.md",)]
+    before = rows(settings, "SELECT * FROM pages WHERE path = '/uses'")
+    (content / "writing" / "uses.md").write_text("---\ntitle: 'Uses\nkind: page\npath: /uses\n---\nBody.\n")
+    ok, error = jobs.run_job(settings, "content")
+    assert not ok and "writing/uses.md line" in error and "0 removed" in error
+    assert rows(settings, "SELECT * FROM pages WHERE path = '/uses'") == before
+
+
+def test_a_duplicate_path_stays_with_the_file_that_publishes_it(tmp_path):
+    content, settings = small_site(tmp_path)
+    (content / "writing" / "a-copy-of-first.md").write_text(page_text("A draft copy", "/writing/first", "writing"))
+    ok, error = jobs.run_job(settings, "content")
+    assert not ok
+    assert "writing/a-copy-of-first.md line 4: path /writing/first is already used by writing/first.md." in error
+    published = ("First post", "writing/first.md")
+    assert rows(settings, "SELECT title, source FROM pages WHERE path = '/writing/first'") == [published]
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        page = requests.get(base + "/writing/first", timeout=30)
+        assert page.status_code == 200 and "First post" in page.text and "A draft copy" not in page.text
+
+    # While the publishing file does not parse, it still holds the path against the newcomer.
+    (content / "writing" / "first.md").write_text("---\ntitle: [First\nkind: writing\npath: /writing/first\n---\n")
+    ok, error = jobs.run_job(settings, "content")
+    assert not ok and "path /writing/first is already used by writing/first.md" in error
+    assert rows(settings, "SELECT title, source FROM pages WHERE path = '/writing/first'") == [published]
+
+    # Once that file is gone, the copy takes the path over.
+    (content / "writing" / "first.md").unlink()
+    ok, summary = jobs.run_job(settings, "content")
+    assert ok, summary
+    assert rows(settings, "SELECT title, source FROM pages WHERE path = '/writing/first'") == [
+        ("A draft copy", "writing/a-copy-of-first.md")]
