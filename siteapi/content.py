@@ -13,6 +13,7 @@ import datetime as dt
 import hashlib
 import html
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +105,7 @@ def read_text(file: Path, rel: str) -> str:
     except OSError as exc:
         raise ContentError(f"{rel} cannot be read ({exc.strerror or exc}); fix or remove it.") from None
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix("\ufeff")  # the byte-order mark some editors write
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
         raise ContentError(f"{rel} line {line}: not UTF-8 text (byte {exc.start}).") from None
@@ -190,20 +191,46 @@ def key_line(front: str, key: str) -> int:
     return 1
 
 
+def content_files(root: Path) -> tuple[list[Path], list[tuple[str, str]]]:
+    """The .md files under `root` by name (symlinked folders not followed, as rglob), and the
+    folders that could not be listed with why: a folder that cannot be read is not an empty one."""
+    unreadable = []
+
+    def note(exc: OSError):
+        if Path(exc.filename) == root:
+            raise ContentError(f"The content folder {root} cannot be read ({exc.strerror}); every page is kept.")
+        unreadable.append((Path(exc.filename).relative_to(root).as_posix(), exc.strerror or str(exc)))
+
+    # a folder named like a page is listed too, so that it is reported rather than its page deleted
+    files = [Path(folder) / name for folder, dirs, names in os.walk(root, onerror=note) for name in dirs + names
+             if name.endswith(".md")]
+    return sorted(files), unreadable
+
+
+def failed_source(source: str, failed: list[str]) -> bool:
+    """Whether `source` is a file that failed or lies in a folder that could not be read."""
+    return any(source == f or source.startswith(f + "/") for f in failed)
+
+
 def read_content(root: Path, owners: dict[str, str] | None = None) -> tuple[list[Page], list[str], list[str]]:
     """Every parseable page that holds its path, the error sentences of the rest, and the sources that failed.
 
     `owners` maps published paths to their files (site.db's `source`): a file that still claims its path,
     or no longer parses, keeps it from a newcomer; among newcomers the first file by name holds a path."""
     parsed, errors, failed = [], [], []
-    for file in sorted(root.rglob("*.md")):
+    files, unreadable = content_files(root)
+    for folder, why in unreadable:
+        errors.append(f"{folder}/ cannot be read ({why}); its pages are kept until it can.")
+        failed.append(folder)
+    for file in files:
         try:
             parsed.append(parse_file(file, root))
         except ContentError as exc:
             errors.append(str(exc))
             failed.append(file.relative_to(root).as_posix())
     claims = {(page.path, page.source) for page in parsed}
-    holders = {path: source for path, source in (owners or {}).items() if source in failed or (path, source) in claims}
+    holders = {path: source for path, source in (owners or {}).items()
+               if failed_source(source, failed) or (path, source) in claims}
     pages = []
     for page in parsed:
         holder = holders.setdefault(page.path, page.source)
@@ -254,7 +281,7 @@ def run_content(settings) -> str:
         changed = [p for p in pages if stored.get(p.path) != (p.hash, p.source)]
         # A file that failed keeps its last good row; only pages whose file is gone are deleted.
         gone = [path for path, (_, source) in stored.items()
-                if path not in wanted and source not in failed]
+                if path not in wanted and not failed_source(source, failed)]
         with db.transaction(conn):
             for page in changed:
                 conn.execute(

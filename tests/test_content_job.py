@@ -285,3 +285,24 @@ def test_a_duplicate_path_stays_with_the_file_that_publishes_it(tmp_path):
     assert ok, summary
     assert rows(settings, "SELECT title, source FROM pages WHERE path = '/writing/first'") == [
         ("A draft copy", "writing/a-copy-of-first.md")]
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path):
+    content, settings = small_site(tmp_path)
+    (content / "pages" / "uses.md").write_bytes(b"\xef\xbb\xbf" + page_text("Uses, saved on Windows", "/uses").encode())
+    (content / "resume.json").write_bytes(b'\xef\xbb\xbf{"basics": {"name": "Owner"}}')
+    ok, summary = jobs.run_job(settings, "content")
+    assert ok, summary
+    assert rows(settings, "SELECT title FROM pages WHERE path = '/uses'") == [("Uses, saved on Windows",)]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any folder, so none can be made unreadable")
+def test_a_folder_that_cannot_be_read_keeps_its_pages(tmp_path):
+    content, settings = small_site(tmp_path)
+    (content / "writing").chmod(0)
+    try:
+        ok, error = jobs.run_job(settings, "content")
+    finally:
+        (content / "writing").chmod(0o755)
+    assert not ok and "writing/ cannot be read" in error
+    assert set(pages(settings)) == {"/about", "/uses", "/writing/first"}
