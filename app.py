@@ -83,20 +83,20 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
 
     def image_file(path):
         # Caddy serves /images/ in production; this serves the same files when the app runs alone.
-        full = path.startswith("full/")
-        root = settings.photos_dir if full else settings.images_dir
-        if full and not settings.originals_public:
+        # Originals come from images_dir/full/, the ingest job's copies of the published ones
+        # without private metadata, never from photos_dir. Normalised as static_file will, so that
+        # /images/./full/ is no way around originals_public.
+        if os.path.normpath(path.strip("/\\")).startswith("full/") and not settings.originals_public:
             raise ApiError(404, "Originals are not published on this site.", code="not_found")
         missing = ApiError(404, f"There is no image at /images/{path[:pages.SUGGEST_CHARS]}.", code="not_found")
-        if not path.lower().endswith(photos.IMAGE_SUFFIXES):  # a caption sidecar beside the originals is no image
+        if not path.lower().endswith(photos.IMAGE_SUFFIXES):  # image types only, as at the edge
             raise missing
         if header("If-None-Match"):  # RFC 9110: it overrides If-Modified-Since, which static_file reads
             bottle.request.environ.pop("HTTP_IF_MODIFIED_SINCE", None)
-        file = path[5:] if full else path
-        found = bottle.static_file(file, root=str(root), etag=False)  # Bottle's own ETag is unquoted
+        found = bottle.static_file(path, root=str(settings.images_dir), etag=False)  # Bottle's own ETag is unquoted
         if found.status_code >= 400 and found.status_code != 416:
             raise missing
-        stat = (root / file).stat()
+        stat = (settings.images_dir / path).stat()
         etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
         if found.status_code == 416:
             raise ApiError(416, f"The Range is not within the file's {stat.st_size} bytes; ask for bytes within "

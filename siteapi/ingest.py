@@ -1,11 +1,19 @@
-"""The photo ingest job: originals folder → public-safe metadata, recipe cards, thumbnails, `photos` rows.
+"""The photo ingest job: originals folder → public-safe metadata, recipe cards, thumbnails, public
+copies of the originals, `photos` rows.
 
 `read_metadata` turns one JPEG's bytes into the §2.4 allowlist (python-exiv2) plus the Fujifilm
-recipe card in the names photographers use; `make_thumbnails` writes the four content-hashed
-thumbnails with Pillow, carrying no metadata but the colour profile; `run_photos(settings)` is
-the job: it ingests new and changed files (by content hash), removes deleted ones, skips and
-reports what it cannot read, embeds captions with the /ask model (when it can be loaded) for
-matching by meaning, and writes everything in one short transaction.
+recipe card in the names photographers use, with width and height as the photo is displayed
+(EXIF Orientation applied) and no date that is not a real calendar date and time;
+`make_thumbnails` writes the four content-hashed thumbnails with Pillow, carrying no metadata but
+the colour profile; `public_original` is the original with its image data byte for byte and only
+PUBLIC_EXIF and the colour profile left of its metadata (what /images/full/ serves).
+`run_photos(settings)` is the job: it ingests new and changed files (by content hash), removes
+deleted ones, skips and reports what it cannot read (a file name that is not UTF-8 included),
+embeds captions with the /ask model (when it can be loaded) for matching by meaning, and writes
+everything in one short transaction; the public copies (`images_dir/full/<file name>`, only while
+originals_public is true) are staged before it and renamed into place after it, and any copy of a
+photo no longer published is removed. A folder with no JPEG left while the archive has photos (a
+drive not mounted) is refused rather than emptying the archive, unless it holds EMPTY_MARKER.
 Nothing outside the allowlist (GPS, serial numbers, owner names) is ever copied.
 """
 from __future__ import annotations
@@ -17,6 +25,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
 
@@ -28,14 +37,34 @@ from siteapi import db, ranker
 
 log = logging.getLogger(__name__)
 
-# Bump RECIPE_RULES when the mapping below changes: rows read by another extractor are re-read.
-RECIPE_RULES = 1
+# Bump RULES when what read_metadata makes of a file changes (the mapping below, dimensions,
+# dates): rows read under other rules are re-read. 2: displayed orientation, real dates only.
+RULES = 2
 EXTRACTOR = "exiv2"
-EXTRACTOR_VERSION = f"libexiv2 {exiv2.version()}; python-exiv2 {exiv2.__version__}; rules {RECIPE_RULES}"
+EXTRACTOR_VERSION = f"libexiv2 {exiv2.version()}; python-exiv2 {exiv2.__version__}; rules {RULES}"
 
 JPEG_SUFFIXES = (".jpg", ".jpeg")
+FULL_DIR = "full"  # under images_dir: the public copies of the originals, served as /images/full/
+# A folder with no JPEG empties the archive only when this file says the emptiness is meant.
+EMPTY_MARKER = ".empty-archive"
 ALT_MAX = 240
 THUMB_SIZES = {"jpg": 1600, "avif": 1600, "small": 400, "xs": 200}
+# The EXIF a public copy of an original keeps: the tags the §2.4 metadata is read from, and those
+# that show the pixels right (orientation, colour space, resolution). GPS, serial numbers, owner
+# and copyright names, the MakerNote and everything else go.
+PUBLIC_EXIF = frozenset({
+    "Exif.Image.Make", "Exif.Image.Model", "Exif.Image.Orientation", "Exif.Image.DateTime",
+    "Exif.Image.XResolution", "Exif.Image.YResolution", "Exif.Image.ResolutionUnit", "Exif.Image.YCbCrPositioning",
+    "Exif.Photo.ExifVersion", "Exif.Photo.DateTimeOriginal", "Exif.Photo.ExposureTime", "Exif.Photo.FNumber",
+    "Exif.Photo.ISOSpeedRatings", "Exif.Photo.FocalLength", "Exif.Photo.ExposureBiasValue", "Exif.Photo.LensModel",
+    "Exif.Photo.ColorSpace", "Exif.Photo.WhiteBalance", "Exif.Photo.Flash", "Exif.Photo.ExposureMode",
+    "Exif.Photo.MeteringMode", "Exif.Photo.Sharpness", "Exif.Photo.PixelXDimension", "Exif.Photo.PixelYDimension",
+    "Exif.Iop.InteroperabilityIndex", "Exif.Iop.InteroperabilityVersion",
+})
+# The APPn segments a public copy keeps (marker, signature): JFIF, the rewritten EXIF, the ICC
+# profile, Adobe's colour transform. exiv2 leaves maker segments, MPF previews and data after the
+# image's end in place, so the copy drops every other APPn and COM segment and all that trails.
+KEPT_SEGMENTS = ((0xE0, b"JFIF\0"), (0xE1, b"Exif\0\0"), (0xE2, b"ICC_PROFILE\0"), (0xEE, b"Adobe"))
 
 exiv2.LogMsg.setLevel(exiv2.LogMsg.Level.error)
 
@@ -188,8 +217,8 @@ def _clean_caption(text: str | None) -> str | None:
     return cut.rstrip(" ,;:.-") + "…"
 
 
-def read_metadata(data: bytes, sidecar: str | None = None) -> Extracted:
-    """The §2.4 allowlist and caption of one JPEG; raises PhotoError when exiv2 cannot read it."""
+def _open_jpeg(data: bytes):
+    """One JPEG's exiv2 image with its metadata read; raises PhotoError when exiv2 cannot read it."""
     try:
         image = exiv2.ImageFactory.open(data)
         image.readMetadata()
@@ -197,6 +226,32 @@ def read_metadata(data: bytes, sidecar: str | None = None) -> Extracted:
         raise PhotoError(f"unreadable metadata ({exc.args[-1] if exc.args else exc})") from None
     if image.mimeType() != "image/jpeg":
         raise PhotoError(f"not a JPEG ({image.mimeType()})")
+    return image
+
+
+def _orientation(tags: _Tags) -> int:
+    """EXIF Orientation 1-8 (XMP tiff:Orientation when EXIF has none, as Pillow reads it to turn
+    the thumbnails upright); 1 when absent or not a valid value."""
+    key = "Exif.Image.Orientation" if tags.has("Exif.Image.Orientation") else "Xmp.tiff.Orientation"
+    value = tags.int(key)
+    return value if value is not None and 1 <= value <= 8 else 1
+
+
+def _real_date(text: str | None) -> str | None:
+    """An EXIF date `YYYY:MM:DD HH:MM:SS` that names a real day and time; None for placeholders
+    such as 0000:00:00 00:00:00 and impossible values."""
+    if not text or not re.fullmatch(r"\d{4}:\d\d:\d\d \d\d:\d\d:\d\d", text):
+        return None
+    try:
+        datetime.strptime(text, "%Y:%m:%d %H:%M:%S")
+    except ValueError:
+        return None
+    return text
+
+
+def read_metadata(data: bytes, sidecar: str | None = None) -> Extracted:
+    """The §2.4 allowlist and caption of one JPEG; raises PhotoError when exiv2 cannot read it."""
+    image = _open_jpeg(data)
     tags = _Tags(image)
     fuji = any(key.startswith("Exif.Fujifilm.") for key in tags.by_key)
 
@@ -213,6 +268,9 @@ def read_metadata(data: bytes, sidecar: str | None = None) -> Extracted:
         shutter = f"1/{round(1 / exposure)}" if exposure < Fraction(1, 3) else f"{_number(exposure)}"
     iso = tags.int("Exif.Photo.ISOSpeedRatings") or tags.int("Exif.Photo.PhotographicSensitivity")
 
+    width, height = image.pixelWidth() or None, image.pixelHeight() or None
+    if _orientation(tags) >= 5:  # 5-8 turn the frame a quarter: portrait pixels stored on their side
+        width, height = height, width
     meta: dict = {
         "camera": camera,
         "lens": tags.text("Exif.Photo.LensModel"),
@@ -221,9 +279,9 @@ def read_metadata(data: bytes, sidecar: str | None = None) -> Extracted:
         "iso": iso,
         "focal": f"{_number(focal)} mm" if focal else None,
         "ev": ev,
-        "date": tags.text("Exif.Photo.DateTimeOriginal") or tags.text("Exif.Image.DateTime"),
-        "width": image.pixelWidth() or None,
-        "height": image.pixelHeight() or None,
+        "date": _real_date(tags.text("Exif.Photo.DateTimeOriginal") or tags.text("Exif.Image.DateTime")),
+        "width": width,
+        "height": height,
         "color_space": tags.printed("Exif.Photo.ColorSpace"),
         "white_balance": tags.printed("Exif.Photo.WhiteBalance"),
         "flash": tags.printed("Exif.Photo.Flash"),
@@ -231,8 +289,6 @@ def read_metadata(data: bytes, sidecar: str | None = None) -> Extracted:
         "meter": tags.printed("Exif.Photo.MeteringMode"),
         "sharpness": tags.printed("Exif.Photo.Sharpness"),
     }
-    if meta["date"] and not re.fullmatch(r"\d{4}:\d\d:\d\d \d\d:\d\d:\d\d", meta["date"]):
-        meta["date"] = None
     meta.update(_fujifilm(tags) if fuji else dict.fromkeys(
         ("wb_shift", "focus_mode", "drive", "noise_reduction", "color_temp", "clarity", "film", "dr",
          "dr_value", "chrome", "chrome_blue", "grain", "grain_size", "highlight_tone", "shadow_tone",
@@ -394,6 +450,93 @@ def make_thumbnails(data: bytes, stem: str, out_dir: Path) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------
+# public copies of the originals
+
+
+def public_original(data: bytes) -> bytes:
+    """The original JPEG for /images/full/: its image data byte for byte (nothing is re-encoded),
+    of its metadata only PUBLIC_EXIF and the ICC colour profile; raises PhotoError when exiv2
+    cannot rewrite it."""
+    image = _open_jpeg(data)
+    tags = _Tags(image)
+    kept = exiv2.ExifData()
+    for datum in image.exifData():
+        if datum.key() in PUBLIC_EXIF:
+            kept.add(datum)
+    orientation = _orientation(tags)
+    if orientation != 1 and not tags.has("Exif.Image.Orientation"):  # only XMP said so, and XMP goes
+        kept["Exif.Image.Orientation"] = str(orientation)
+    try:
+        image.setExifData(kept)
+        image.clearIptcData()
+        image.clearXmpData()
+        image.clearXmpPacket()
+        image.clearComment()
+        image.writeMetadata()
+    except exiv2.Exiv2Error as exc:
+        raise PhotoError(f"cannot copy the original without its metadata ({exc.args[-1] if exc.args else exc})") from None
+    return _kept_segments(bytes(image.io().mmap()))
+
+
+def _scan_end(data: bytes, start: int) -> int:
+    """Where the entropy-coded data that begins at `start` ends: the next marker that is not a
+    restart marker (FF00 is an escaped FF byte, FFFF fill before a marker)."""
+    at = start
+    while (at := data.find(b"\xff", at)) != -1 and at + 1 < len(data):
+        follower = data[at + 1]
+        if follower == 0x00 or 0xD0 <= follower <= 0xD7:
+            at += 2
+        elif follower == 0xFF:
+            at += 1
+        else:
+            return at
+    return len(data)
+
+
+def _kept_segments(jpeg: bytes) -> bytes:
+    """`jpeg` without the APPn and COM segments KEPT_SEGMENTS does not name and without anything
+    after its end-of-image marker; every other segment and the image data unchanged."""
+    parts, at = [jpeg[:2]], 2
+    while at + 1 < len(jpeg):
+        if jpeg[at] != 0xFF:
+            raise PhotoError("cannot copy the original (broken JPEG structure)")
+        marker = jpeg[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+            continue
+        if marker == 0xD9:  # end of image
+            parts.append(jpeg[at:at + 2])
+            break
+        end = at + 2 + int.from_bytes(jpeg[at + 2:at + 4], "big")
+        if marker == 0xDA:  # start of scan: its header, then the entropy-coded data
+            end = _scan_end(jpeg, end)
+        metadata = 0xE0 <= marker <= 0xEF or marker == 0xFE
+        if not metadata or any(marker == kept and jpeg.startswith(signature, at + 4)
+                               for kept, signature in KEPT_SEGMENTS):
+            parts.append(jpeg[at:end])
+        at = end
+    return b"".join(parts)
+
+
+def _stage_copy(full_dir: Path, name: str, payload: bytes, mtime_ns: int) -> Path:
+    """Write a public copy to a temporary file beside its final name; run_photos renames it after
+    the transaction. It carries the original's modification time, so a copy left behind by a run
+    stopped between its commit and its renames is seen to be stale and written again."""
+    full_dir.mkdir(parents=True, exist_ok=True)
+    temp = full_dir / f".{name}.tmp"
+    temp.write_bytes(payload)
+    os.utime(temp, ns=(mtime_ns, mtime_ns))
+    return temp
+
+
+def _copy_is_current(original: Path, copy: Path) -> bool:
+    try:
+        return copy.stat().st_mtime_ns == original.stat().st_mtime_ns
+    except FileNotFoundError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
 # the job
 
 PHOTO_COLUMNS = (
@@ -484,30 +627,48 @@ def _thumb_names(row) -> set[str]:
     return {row[k] for k in ("thumb_avif", "thumb_jpg", "thumb_small", "thumb_xs") if row[k]}
 
 
+def _shown_name(path: Path) -> str:
+    """The file name as text that can be logged and stored: bytes that are not UTF-8 as \\xNN."""
+    return os.fsencode(path.name).decode("utf-8", "backslashreplace")
+
+
 def run_photos(settings) -> str:
     """Ingest `settings.photos_dir` into the `photos` table and `settings.images_dir`; returns the summary.
 
-    Raises RuntimeError when the originals folder is missing (rather than emptying the archive).
+    Raises RuntimeError when the originals folder is missing, or holds no JPEG while the archive
+    has photos (rather than emptying the archive).
     """
     folder = Path(settings.photos_dir)
     if not folder.is_dir():
         raise RuntimeError(f"The photos folder {folder} does not exist; set photos_dir in site.toml "
                            f"(or run `python -m siteapi.demo_photos {folder}` for the demo set).")
     images_dir = Path(settings.images_dir)
+    full_dir = images_dir / FULL_DIR
     conn = db.writer(settings.db_path)
     try:
         existing = {row["stem"]: row for row in conn.execute("SELECT * FROM photos")}
-        report, rows, touched, seen = IngestReport(), [], [], set()
-        written: set[str] = set()
         entries = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
         jpeg_stems = {p.stem for p in entries if p.suffix.lower() in JPEG_SUFFIXES}
+        if existing and not jpeg_stems and not (folder / EMPTY_MARKER).exists():
+            raise RuntimeError(f"The photos folder {folder} holds no .jpg or .jpeg file while the archive has "
+                               f"{len(existing)} photos, so nothing was changed: is the drive that holds the "
+                               f"originals mounted? To empty the archive on purpose, create a file named "
+                               f"{EMPTY_MARKER} in that folder and run the job again.")
+        report, rows, touched, seen = IngestReport(), [], [], set()
+        written: set[str] = set()
+        copies: dict[str, Path] = {}  # public copy name → its staged file, renamed after the commit
         now = db.now_iso()
         try:
             for path in tqdm(entries, desc="photos", unit="file", disable=None):
+                shown = _shown_name(path)
                 if path.suffix.lower() not in JPEG_SUFFIXES:
                     if not (path.suffix.lower() == ".txt" and path.stem in jpeg_stems):
-                        log.warning("skipped %s: not a JPEG (only .jpg and .jpeg files are ingested)", path.name)
-                        report.skipped.append(path.name)
+                        log.warning("skipped %s: not a JPEG (only .jpg and .jpeg files are ingested)", shown)
+                        report.skipped.append(shown)
+                    continue
+                if shown != path.name:
+                    log.warning("failed %s: the file name is not valid UTF-8", shown)
+                    report.failed.append((shown, "the file name is not valid UTF-8 (rename the file)"))
                     continue
                 if path.stem in seen:
                     report.failed.append((path.name, f"another file already has the name {path.stem}"))
@@ -515,23 +676,27 @@ def run_photos(settings) -> str:
                 seen.add(path.stem)
                 old = existing.get(path.stem)
                 sidecar = path.with_suffix(".txt")
+                row, data = None, None
                 try:
                     stat_key = _stat_key(path, sidecar)
                     current = old is not None and old["extractor_version"] == EXTRACTOR_VERSION
-                    if current and old["stat_key"] == stat_key and old["file_name"] == path.name:
-                        continue
-                    data = path.read_bytes()
-                    sidecar_bytes = sidecar.read_bytes() if sidecar.exists() else b""
-                    digest = hashlib.sha256(data)
-                    if sidecar_bytes:
-                        digest.update(b"\0sidecar\0" + sidecar_bytes)
-                    content_hash = digest.hexdigest()
-                    if current and old["sha256"] == content_hash and old["file_name"] == path.name:
-                        touched.append((stat_key, path.stem))
-                        continue
-                    sidecar_text = sidecar_bytes.decode("utf-8", "replace") if sidecar_bytes else None
-                    row = build_row(path, data, sidecar_text, content_hash, stat_key, images_dir,
-                                    old["uploaded"] if old else now, now)
+                    if not (current and old["stat_key"] == stat_key and old["file_name"] == path.name):
+                        data = path.read_bytes()
+                        sidecar_bytes = sidecar.read_bytes() if sidecar.exists() else b""
+                        digest = hashlib.sha256(data)
+                        if sidecar_bytes:
+                            digest.update(b"\0sidecar\0" + sidecar_bytes)
+                        content_hash = digest.hexdigest()
+                        if current and old["sha256"] == content_hash and old["file_name"] == path.name:
+                            touched.append((stat_key, path.stem))
+                        else:
+                            sidecar_text = sidecar_bytes.decode("utf-8", "replace") if sidecar_bytes else None
+                            row = build_row(path, data, sidecar_text, content_hash, stat_key, images_dir,
+                                            old["uploaded"] if old else now, now)
+                            written |= _thumb_names(row)
+                    if settings.originals_public and (row or not _copy_is_current(path, full_dir / path.name)):
+                        copy = public_original(data if data is not None else path.read_bytes())
+                        copies[path.name] = _stage_copy(full_dir, path.name, copy, path.stat().st_mtime_ns)
                 except PhotoError as exc:
                     log.warning("failed %s: %s", path.name, exc)
                     report.failed.append((path.name, str(exc)))
@@ -540,14 +705,14 @@ def run_photos(settings) -> str:
                     log.warning("failed %s: %s", path.name, exc.strerror or exc)
                     report.failed.append((path.name, f"cannot read ({exc.strerror or exc})"))
                     continue
-                written |= _thumb_names(row)
-                rows.append(row)
-                (report.updated if old else report.added).append(path.stem)
+                if row:
+                    rows.append(row)
+                    (report.updated if old else report.added).append(path.stem)
             gone = [stem for stem in existing if stem not in seen]
             report.removed = gone
             written_stems = {row["stem"] for row in rows}
-            vectors = caption_vectors(settings, conn, rows,
-                                      [old for stem, old in existing.items() if stem in seen and stem not in written_stems])
+            kept = [old for stem, old in existing.items() if stem in seen and stem not in written_stems]
+            vectors = caption_vectors(settings, conn, rows, kept)
             placeholders = ", ".join("?" for _ in PHOTO_COLUMNS)
             with db.transaction(conn):
                 conn.executemany(
@@ -567,12 +732,20 @@ def run_photos(settings) -> str:
                                  "ON CONFLICT (id) DO UPDATE SET generation = generation + 1")
         except BaseException:
             _delete_files(images_dir, written - _all_referenced(existing.values()))
+            _delete_files(full_dir, {temp.name for temp in copies.values()})
             raise
-        stale = set()
-        for stem in [r["stem"] for r in rows] + gone:
+        # Thumbnails of replaced and removed photos, and those written for a file that then failed.
+        stale = set(written)
+        for stem in written_stems | set(gone):
             if stem in existing:
                 stale |= _thumb_names(existing[stem])
-        _delete_files(images_dir, stale - written)
+        _delete_files(images_dir, stale - _all_referenced(rows + kept))
+        for name, temp in copies.items():
+            os.replace(temp, full_dir / name)
+        published = {r[0] for r in conn.execute("SELECT file_name FROM photos")} if settings.originals_public else set()
+        if full_dir.is_dir():
+            _delete_files(full_dir, {p.name for p in full_dir.iterdir()
+                                     if p.is_file() and not p.name.startswith(".")} - published)
         return report.summary()
     finally:
         conn.close()

@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
+import os
 import shutil
 from pathlib import Path
 
 import exiv2
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageCms
 
+import jobs
 from siteapi import db, demo_photos, ingest, photos, ranker
 from siteapi.config import load_settings
 
@@ -38,6 +41,16 @@ def db_text(settings) -> str:
         return "\n".join(conn.iterdump())
     finally:
         conn.close()
+
+
+def thumbnail_files(settings) -> set[str]:
+    """The files at the top of images_dir (the public copies of the originals live in full/)."""
+    return {path.name for path in settings.images_dir.iterdir() if path.is_file()}
+
+
+def public_copies(settings) -> set[str]:
+    full = settings.images_dir / ingest.FULL_DIR
+    return {path.name for path in full.iterdir()} if full.is_dir() else set()
 
 
 def assert_no_metadata(path: Path):
@@ -170,7 +183,7 @@ def test_thumbnails_sized_hashed_and_free_of_metadata(archive):
     for row in table.values():
         for kind in ("avif", "jpg", "small", "xs"):
             assert_no_metadata(settings.images_dir / row["thumb_" + kind])
-    assert len(list(settings.images_dir.iterdir())) == 4 * len(table)
+    assert len(thumbnail_files(settings)) == 4 * len(table)
 
 
 def test_large_photos_are_scaled_to_1600_on_the_long_edge(tmp_path):
@@ -217,9 +230,9 @@ def test_rerun_changes_and_deletions(tmp_path):
     assert paths[2].stem not in after and after[bare.stem]["alt"] == "Tram depot at dusk"
     assert after[paths[1].stem]["thumb_jpg"] != before[paths[1].stem]["thumb_jpg"]
     assert after[paths[1].stem]["uploaded"] == before[paths[1].stem]["uploaded"]
-    on_disk = {p.name for p in settings.images_dir.iterdir()}
     referenced = {row["thumb_" + k] for row in after.values() for k in ("avif", "jpg", "small", "xs")}
-    assert on_disk == referenced
+    assert thumbnail_files(settings) == referenced
+    assert public_copies(settings) == {row["file_name"] for row in after.values()}
 
 
 def caption_vectors(settings) -> tuple[dict[str, tuple[str, bytes]], int]:
@@ -292,7 +305,8 @@ def test_bad_files_are_reported_by_name_and_skipped(tmp_path, caplog):
     assert summary.endswith("skipped 1 non-JPEG: scan.png")
     assert "scan.png" in caplog.text and ".DS_Store" not in caplog.text
     assert set(rows(settings)) == {p.stem for p in paths}
-    assert len(list(settings.images_dir.iterdir())) == 8  # nothing left behind by the failures
+    assert len(thumbnail_files(settings)) == 8  # nothing left behind by the failures
+    assert public_copies(settings) == {p.name for p in paths}
 
 
 def test_missing_folder_raises_instead_of_emptying_the_archive(tmp_path):
@@ -394,5 +408,183 @@ def test_real_files_leak_no_gps_serials_or_owner(real_archive):
     text = db_text(settings)
     for secret in REAL_SECRETS + ("GPS", "Latitude"):
         assert secret not in text
-    for path in settings.images_dir.iterdir():
-        assert_no_metadata(path)
+    for name in thumbnail_files(settings):
+        assert_no_metadata(settings.images_dir / name)
+    for path in settings.photos_dir.iterdir():
+        assert_public_copy(path.read_bytes(), (settings.images_dir / "full" / path.name).read_bytes())
+
+
+# ---------------------------------------------------------------------------------------------
+# public copies of the originals, orientation, dates, folders that must not empty the archive
+
+
+# The §2.4 fields read from standard EXIF tags, which a public copy keeps.
+STANDARD_FIELDS = ("camera", "lens", "aperture", "shutter", "iso", "focal", "ev", "date", "width", "height",
+                   "color_space", "flash", "exposure_mode", "meter")
+
+
+def segment(marker: int, payload: bytes) -> bytes:
+    return bytes([0xFF, marker]) + (len(payload) + 2).to_bytes(2, "big") + payload
+
+
+def with_maker_extras(jpeg: bytes) -> bytes:
+    """A JPEG as some cameras write it: maker APP segments, a comment and a preview image after
+    the end marker, each naming the body's serial or the owner."""
+    return (jpeg[:2] + segment(0xE5, b"MAKER\0" + demo_photos.BODY_SERIAL.encode())
+            + segment(0xE2, b"FPXR\0" + demo_photos.BODY_SERIAL.encode())
+            + segment(0xFE, demo_photos.OWNER.encode()) + jpeg[2:]
+            + b"\xff\xd8\xff\xfe\x00\x12" + demo_photos.BODY_SERIAL.encode() + b"\xff\xd9")
+
+
+def pixels(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image)
+
+
+def assert_public_copy(original: bytes, copy: bytes, secrets=SECRETS + REAL_SECRETS):
+    """Same pixels from the same coded image data; of the metadata only the allowlist."""
+    assert np.array_equal(pixels(copy), pixels(original))
+    assert copy[copy.rindex(b"\xff\xda"):] in original  # the last scan and the end marker, byte for byte
+    assert copy.endswith(b"\xff\xd9")
+    image = exiv2.ImageFactory.open(copy)
+    image.readMetadata()
+    pointers = {"Exif.Image.ExifTag", "Exif.Photo.InteroperabilityTag"}  # exiv2 writes the IFD links
+    assert {datum.key() for datum in image.exifData()} - pointers <= ingest.PUBLIC_EXIF
+    assert image.iptcData().count() == 0 and image.xmpData().count() == 0 and image.comment() == ""
+    for secret in secrets:
+        assert secret.encode() not in copy, secret
+
+
+def test_public_copies_keep_the_image_and_drop_private_metadata(archive):
+    settings, _, table = archive
+    assert public_copies(settings) == {row["file_name"] for row in table.values()}
+    for row in table.values():
+        original = (settings.photos_dir / row["file_name"]).read_bytes()
+        copy = (settings.images_dir / "full" / row["file_name"]).read_bytes()
+        assert demo_photos.BODY_SERIAL.encode() in original and b"Demo Owner" in original
+        assert_public_copy(original, copy)
+        published, kept = json.loads(row["metadata"]), ingest.read_metadata(copy).metadata
+        for key in STANDARD_FIELDS:
+            assert kept[key] == published[key], (row["stem"], key)
+
+
+def srgb_profile() -> bytes:
+    return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+
+
+def test_public_copies_drop_maker_segments_and_trailing_previews(tmp_path):
+    settings = make_settings(tmp_path)
+    settings.photos_dir.mkdir()
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 40, 40)).save(buffer, "JPEG", icc_profile=srgb_profile(), quality=90)
+    original = with_maker_extras(demo_photos.make_jpeg(demo_photos.DEMOS[0], 0))
+    (settings.photos_dir / "maker.jpg").write_bytes(original)
+    (settings.photos_dir / "profiled.jpg").write_bytes(with_maker_extras(buffer.getvalue()))
+    assert ingest.run_photos(settings) == "added 2, updated 0, removed 0, failed 0"
+    assert_public_copy(original, (settings.images_dir / "full" / "maker.jpg").read_bytes())
+    profiled = (settings.images_dir / "full" / "profiled.jpg").read_bytes()
+    assert_public_copy((settings.photos_dir / "profiled.jpg").read_bytes(), profiled)
+    with Image.open(io.BytesIO(profiled)) as image:
+        assert image.info["icc_profile"] == srgb_profile()  # the colour profile stays
+
+
+def test_public_copies_follow_originals_public_and_the_photos(tmp_path):
+    settings = make_settings(tmp_path)
+    paths = demo_photos.generate(settings.photos_dir, count=3)
+    hidden = dataclasses.replace(settings, originals_public=False)
+    assert ingest.run_photos(hidden) == "added 3, updated 0, removed 0, failed 0"
+    assert public_copies(settings) == set()
+    # published later: kept photos get their copies without being re-ingested
+    assert ingest.run_photos(settings) == "added 0, updated 0, removed 0, failed 0"
+    assert public_copies(settings) == {p.name for p in paths}
+    # a changed photo's copy is the new picture; a deleted photo's copy goes; a lost copy comes back
+    paths[0].write_bytes(demo_photos.make_jpeg(demo_photos.DEMOS[0], 99))
+    paths[1].unlink()
+    (settings.images_dir / "full" / paths[2].name).unlink()
+    assert ingest.run_photos(settings) == "added 0, updated 1, removed 1, failed 0"
+    assert public_copies(settings) == {paths[0].name, paths[2].name}
+    assert_public_copy(paths[0].read_bytes(), (settings.images_dir / "full" / paths[0].name).read_bytes())
+    assert not list((settings.images_dir / "full").glob(".*"))  # no staged file left behind
+    # no longer published: every copy goes, the archive stays
+    assert ingest.run_photos(hidden) == "added 0, updated 0, removed 0, failed 0"
+    assert public_copies(settings) == set() and len(rows(settings)) == 2
+
+
+def test_an_empty_folder_keeps_the_archive_until_emptiness_is_meant(tmp_path):
+    settings = make_settings(tmp_path)
+    paths = demo_photos.generate(settings.photos_dir, count=2)
+    ingest.run_photos(settings)
+    before = (rows(settings), thumbnail_files(settings), public_copies(settings))
+    for path in paths:
+        path.unlink()  # as a mount point looks with its drive not mounted
+    (settings.photos_dir / "notes.md").write_text("not a photo\n")
+    ok, error = jobs.run_job(settings, "photos")
+    assert not ok and error.startswith(f"The photos folder {settings.photos_dir} holds no .jpg or .jpeg file "
+                                       "while the archive has 2 photos, so nothing was changed")
+    assert ingest.EMPTY_MARKER in error
+    assert (rows(settings), thumbnail_files(settings), public_copies(settings)) == before
+    (settings.photos_dir / ingest.EMPTY_MARKER).touch()
+    assert ingest.run_photos(settings).startswith("added 0, updated 0, removed 2, failed 0")
+    assert rows(settings) == {} and thumbnail_files(settings) == set() and public_copies(settings) == set()
+
+
+def test_a_file_name_that_is_not_utf8_is_reported_and_the_rest_ingested(tmp_path):
+    settings = make_settings(tmp_path)
+    settings.photos_dir.mkdir()
+    data = demo_photos.make_jpeg(demo_photos.DEMOS[0], 0)
+    (settings.photos_dir / "good.jpg").write_bytes(data)
+    (settings.photos_dir / os.fsdecode(b"caf\xe9.jpg")).write_bytes(data)
+    (settings.photos_dir / os.fsdecode(b"caf\xe9.png")).write_bytes(b"\x89PNG")
+    ok, summary = jobs.run_job(settings, "photos")
+    assert ok, summary
+    assert summary.startswith("added 1, updated 0, removed 0, failed 1 "
+                              "(caf\\xe9.jpg: the file name is not valid UTF-8 (rename the file)); "
+                              "skipped 1 non-JPEG: caf\\xe9.png")
+    assert set(rows(settings)) == {"good"} and public_copies(settings) == {"good.jpg"}
+
+
+def landscape_pixels(**save) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (1200, 800), (20, 120, 60)).save(buffer, "JPEG", quality=85, **save)
+    return buffer.getvalue()
+
+
+def test_width_height_and_words_are_those_of_the_displayed_photo(tmp_path):
+    """A portrait frame as cameras store it: landscape pixels and an Orientation that turns them."""
+    settings = make_settings(tmp_path)
+    settings.photos_dir.mkdir()
+    for orientation in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        (settings.photos_dir / f"o{orientation}.jpg").write_bytes(landscape_pixels(exif=exif.tobytes()))
+    xmp = (b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+           b'<rdf:Description xmlns:tiff="http://ns.adobe.com/tiff/1.0/" tiff:Orientation="8"/></rdf:RDF></x:xmpmeta>')
+    (settings.photos_dir / "xmp8.jpg").write_bytes(landscape_pixels(xmp=xmp))
+    assert ingest.run_photos(settings) == "added 9, updated 0, removed 0, failed 0"
+    table = rows(settings)
+    for stem, row in table.items():
+        meta = json.loads(row["metadata"])
+        turned = stem == "xmp8" or int(stem[1:]) >= 5
+        assert (meta["width"], meta["height"]) == ((800, 1200) if turned else (1200, 800)), stem
+        assert ("portrait" if turned else "landscape") in row["expansion"].split(), stem
+        with Image.open(settings.images_dir / row["thumb_jpg"]) as thumb:
+            assert thumb.size == (meta["width"], meta["height"]), stem
+    # XMP goes from the public copy, so the turn it asked for is written as EXIF
+    with Image.open(settings.images_dir / "full" / "xmp8.jpg") as copy:
+        assert copy.getexif()[0x0112] == 8 and "xmp" not in copy.info
+    assert not ingest.EXTRACTOR_VERSION.endswith("rules 1")  # rows measured unturned are read again
+
+
+@pytest.mark.parametrize("written", ["0000:00:00 00:00:00", "2024:13:45 99:99:99", "2023:02:29 10:00:00",
+                                     "    :  :     :  :  "])
+def test_dates_that_are_no_real_date_are_null(tmp_path, written):
+    settings = make_settings(tmp_path)
+    settings.photos_dir.mkdir()
+    exif = Image.Exif()
+    exif[0x8769] = {0x9003: written}  # DateTimeOriginal
+    (settings.photos_dir / "clock.jpg").write_bytes(landscape_pixels(exif=exif.tobytes()))
+    ingest.run_photos(settings)
+    row = rows(settings)["clock"]
+    assert json.loads(row["metadata"])["date"] is None
+    assert (row["date"], row["taken"], row["year"]) == (None, None, None)
+    assert row["expansion"] == "landscape"  # no month, season or time of day

@@ -2,15 +2,22 @@
 from __future__ import annotations
 
 import dataclasses
+import http.client
+import io
 import json
+import shutil
+from urllib.parse import unquote
 
+import exiv2
+import numpy as np
 import pytest
+from PIL import Image
 
 from siteapi import db, demo_photos, ingest, photos
 from siteapi.config import load_settings
 
 from app import make_app
-from conftest import Client, make_settings
+from conftest import ROOT, Client, make_settings
 from servers import serve_wsgi
 
 DEMOS = {demo.stem: demo for demo in demo_photos.DEMOS}
@@ -367,3 +374,78 @@ def test_the_app_serves_images_as_the_edge_does(env):
         assert client.get("/images/full/" + sidecar.name, headers={"Accept": "application/json"}).status_code == 404
     finally:
         sidecar.unlink()
+
+
+REAL_PHOTOS = ROOT.parent / "shared" / "data" / "photos"
+# What the originals carry and no published file may: the demo set's serials and owner, and the
+# shared real camera files' serials, owner name and site.
+PRIVATE = (demo_photos.BODY_SERIAL, demo_photos.FUJI_SERIAL[:12], demo_photos.LENS_SERIAL, demo_photos.OWNER,
+           "FFDT22873443", "FF02B8054953", "4B005176", "58A15074", "Victor Quiroz", "victorhqc.com")
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, checker):
+    """Demo photos, the shared real camera files when present, and files the job does not publish
+    (a dot-file, a file in a subfolder, a broken file, the losing one of two names), served live."""
+    settings = make_settings(tmp_path_factory.mktemp("published"))
+    paths = demo_photos.generate(settings.photos_dir, count=4)
+    real = sorted(REAL_PHOTOS.glob("*.jpg")) if REAL_PHOTOS.is_dir() else []
+    for path in real:
+        shutil.copy(path, settings.photos_dir / path.name)
+    folder, data = settings.photos_dir, paths[0].read_bytes()
+    (folder / ".draft.jpg").write_bytes(data)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "extra.jpg").write_bytes(data)
+    (folder / "cut.jpg").write_bytes(data[: len(data) // 2])
+    (folder / "twin.jpeg").write_bytes(paths[1].read_bytes())
+    (folder / "twin.jpg").write_bytes(data)  # sorts after twin.jpeg, so it loses the name
+    summary = ingest.run_photos(settings)
+    assert summary.startswith(f"added {5 + len(real)}, updated 0, removed 0, failed 2 (cut.jpg: cannot decode")
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        yield settings, Client(base, checker), len(real)
+
+
+def test_originals_are_served_without_private_metadata(published):
+    settings, client, real = published
+    manifest = client.get("/images/manifest.json").json()
+    assert manifest["count"] == 5 + real
+    for photo in manifest["photos"]:
+        name = unquote(photo["full"].rsplit("/", 1)[1])
+        r = client.get(photo["full"].removeprefix(settings.public_base_url))
+        assert r.status_code == 200 and r.headers["Content-Type"] == "image/jpeg", name
+        original = (settings.photos_dir / name).read_bytes()
+        with Image.open(io.BytesIO(r.content)) as served, Image.open(io.BytesIO(original)) as source:
+            assert np.array_equal(np.asarray(served), np.asarray(source)), name
+        image = exiv2.ImageFactory.open(r.content)
+        image.readMetadata()
+        keys = {datum.key() for datum in image.exifData()}
+        assert not [key for key in keys if key.startswith(("Exif.GPSInfo.", "Exif.Fujifilm.", "Exif.Thumbnail."))
+                    or key.endswith(("SerialNumber", "MakerNote", "Artist", "Copyright", "CameraOwnerName"))], name
+        assert image.xmpData().count() == 0 and image.iptcData().count() == 0, name
+        for secret in PRIVATE:
+            assert secret.encode() not in r.content, (name, secret)
+        assert any(secret.encode() in original for secret in PRIVATE), name  # there was something to remove
+
+
+def test_unpublished_originals_answer_404(published):
+    settings, client, _ = published
+    for name in (".draft.jpg", "sub/extra.jpg", "cut.jpg", "twin.jpg"):
+        assert (settings.photos_dir / name).exists()
+        r = client.get("/images/full/" + name, headers={"Accept": "application/json"})
+        assert r.status_code == 404 and r.json()["code"] == "not_found", name
+    assert client.get("/images/full/twin.jpeg").status_code == 200
+
+
+def test_no_path_reaches_originals_that_are_not_public(published, checker):
+    """originals_public = false closes /images/full/ however the path is spelled, even before the
+    next job run removes the copies."""
+    settings, _, _ = published
+    hidden = dataclasses.replace(settings, originals_public=False)
+    with serve_wsgi(make_app(hidden).wsgi) as base:
+        for path in ("/images/full/DSCF0101.jpg", "/images/./full/DSCF0101.jpg", "/images//full/DSCF0101.jpg",
+                     "/images/x/../full/DSCF0101.jpg"):
+            connection = http.client.HTTPConnection(base.removeprefix("http://"), timeout=30)
+            connection.request("GET", path, headers={"Accept": "application/json"})  # sent as written
+            answer = connection.getresponse()
+            assert answer.status in (400, 404) and "error" in json.loads(answer.read()), path
+            connection.close()

@@ -4,6 +4,8 @@ Every JSON answer of the app through the edge is validated against /openapi.json
 `caddy` is not installed (CI installs it)."""
 import contextlib
 import dataclasses
+import http.client
+import io
 import json
 import os
 import re
@@ -16,17 +18,20 @@ import sys
 import threading
 import time
 
+import exiv2
 import httpx
+import numpy as np
 import pytest
 import requests
 from httpx_sse import connect_sse
+from PIL import Image
 
 import jobs
 from app import make_app
 from conftest import ROOT, Client
 from feeds_servers import USER_AGENTS, make_settings
 from servers import open_stream, read_until, serve_wsgi
-from siteapi import db
+from siteapi import db, demo_photos, ingest
 from siteapi.feeds.ledger import ledger, run_ledger
 
 CADDY = shutil.which("caddy")
@@ -212,7 +217,7 @@ def test_unpublished_originals_never_leave_the_edge(site_settings, tmp_path):
     as_json = {"Accept": "application/json"}
     hidden = dataclasses.replace(site_settings, originals_public=False)
     original = next(hidden.photos_dir.glob("*.jpg")).name
-    thumb = next(hidden.images_dir.rglob("*.jpg")).relative_to(hidden.images_dir).as_posix()
+    thumb = next(hidden.images_dir.glob("*.jpg")).name
     with serve_wsgi(make_app(hidden).wsgi) as base, caddy_in_front(
             int(base.rsplit(":", 1)[1]), tmp_path, SITE_ORIGINALS_PUBLIC="false",
             SITE_PHOTOS_DIR=str(hidden.photos_dir), SITE_IMAGES_DIR=str(hidden.images_dir)) as port:
@@ -225,7 +230,7 @@ def test_unpublished_originals_never_leave_the_edge(site_settings, tmp_path):
         r = requests.get(f"{edge}/images/{thumb}", timeout=30)
         assert r.status_code == 200 and "immutable" in r.headers["Cache-Control"]
     with serve_wsgi(make_app(site_settings).wsgi) as base, caddy_in_front(
-            int(base.rsplit(":", 1)[1]), tmp_path, SITE_PHOTOS_DIR=str(hidden.photos_dir)) as port:
+            int(base.rsplit(":", 1)[1]), tmp_path, SITE_IMAGES_DIR=str(hidden.images_dir)) as port:
         r = requests.get(f"http://127.0.0.1:{port}/images/full/{original}", timeout=30)
         assert r.status_code == 200 and r.headers["Content-Type"] == "image/jpeg"
 
@@ -472,3 +477,47 @@ def test_the_app_down_is_a_json_502_at_the_edge(tmp_path):
     assert down.headers["Cache-Control"] == "no-store"
     assert down.json() == {"error": "The site's app is not answering (it may be restarting); try again in a few "
                                     "seconds.", "code": "upstream_unavailable", "status": 502}
+
+
+@needs_caddy
+def test_the_edge_serves_originals_only_as_their_published_copies(site_settings, tmp_path):
+    """/images/full/ at the edge is the ingest job's folder of public copies, served by Caddy itself:
+    a published original comes without GPS, serial numbers or owner name and with the same pixels;
+    a file of the originals folder the job did not publish is the app's JSON 404; with
+    originals_public = false no spelling of the path reaches a copy."""
+    settings = dataclasses.replace(site_settings, db_path=tmp_path / "site.db", photos_dir=tmp_path / "originals",
+                                   images_dir=tmp_path / "images")
+    paths = demo_photos.generate(settings.photos_dir, count=2)
+    shutil.copy(paths[0], settings.photos_dir / ".draft.jpg")
+    (settings.photos_dir / "sub").mkdir()
+    shutil.copy(paths[0], settings.photos_dir / "sub" / "extra.jpg")
+    assert ingest.run_photos(settings).startswith("added 2, updated 0, removed 0, failed 0")
+    as_json = {"Accept": "application/json"}
+    folders = {"SITE_IMAGES_DIR": str(settings.images_dir), "SITE_PHOTOS_DIR": str(settings.photos_dir)}
+    with serve_wsgi(make_app(settings).wsgi) as base, caddy_in_front(int(base.rsplit(":", 1)[1]), tmp_path,
+                                                                     **folders) as port:
+        r = requests.get(f"http://127.0.0.1:{port}/images/full/{paths[1].name}", timeout=30)
+        assert r.status_code == 200 and r.headers["Content-Type"] == "image/jpeg"
+        assert "immutable" in r.headers["Cache-Control"] and "RateLimit-Policy" not in r.headers  # Caddy's own
+        original = paths[1].read_bytes()  # a photo with a lens, so with a lens serial too
+        for secret in (demo_photos.BODY_SERIAL, demo_photos.LENS_SERIAL, demo_photos.OWNER, "FFDT00424242"):
+            assert secret.encode() in original and secret.encode() not in r.content, secret
+        image = exiv2.ImageFactory.open(r.content)
+        image.readMetadata()
+        assert not [d.key() for d in image.exifData() if d.key().startswith(("Exif.GPSInfo.", "Exif.Fujifilm."))]
+        with Image.open(io.BytesIO(r.content)) as served, Image.open(io.BytesIO(original)) as source:
+            assert np.array_equal(np.asarray(served), np.asarray(source))
+        for name in (".draft.jpg", "sub/extra.jpg"):
+            r = requests.get(f"http://127.0.0.1:{port}/images/full/{name}", headers=as_json, timeout=30)
+            assert r.status_code == 404 and r.json()["code"] == "not_found", name
+            assert r.headers["Cache-Control"] == "no-store", name
+    hidden = dataclasses.replace(settings, originals_public=False)
+    with serve_wsgi(make_app(hidden).wsgi) as base, caddy_in_front(int(base.rsplit(":", 1)[1]), tmp_path,
+                                                                   SITE_ORIGINALS_PUBLIC="false", **folders) as port:
+        for path in ("/images/full/", "/images/./full/", "/images//full/", "/images/x/../full/", "/images/%2e/full/"):
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.request("GET", path + paths[0].name, headers=as_json)  # sent as written
+            answer = connection.getresponse()
+            body = answer.read()
+            connection.close()
+            assert answer.status in (400, 404) and not body.startswith(b"\xff\xd8"), path
