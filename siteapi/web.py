@@ -170,16 +170,20 @@ def wants_markdown(accept: str) -> bool:
 
 
 def error_format(path: str, accept: str) -> str:
-    """'json', 'markdown' or 'html' for an error page, by Accept and by how API-like the path is."""
+    """'json', 'markdown' or 'html' for an error page, by Accept and by what the path asks for: an
+    API-like path (`.json`, /api/, /v1/, and /images/, whose clients are programs and <img> tags)
+    answers JSON and a `.md` path (a Markdown twin, a SKILL.md) Markdown, unless HTML is asked for."""
     q = accept_q(accept)
     html_q = max(q.get("text/html", 0.0), q.get("application/xhtml+xml", 0.0))
     if wants_markdown(accept):
         return "markdown"
     if q.get("application/json", 0.0) > html_q:
         return "json"
-    api_like = path.endswith(".json") or path.startswith(("/api/", "/v1/")) or path in ("/api", "/v1")
-    if api_like and html_q == 0:
-        return "json"
+    if html_q == 0:
+        if path.endswith(".md"):
+            return "markdown"
+        if path.endswith(".json") or path.startswith(("/api/", "/v1/", "/images/")) or path in ("/api", "/v1"):
+            return "json"
     return "html" if html_q > 0 or not accept.strip() or "*/*" in q else "json"
 
 

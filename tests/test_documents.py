@@ -101,6 +101,14 @@ def test_robots_txt_gives_named_crawlers_the_rules_everyone_has_and_the_policy_s
     assert quoted.replace("\n\n", "\n") == served
 
 
+def test_robots_txt_description_cannot_go_stale(api):
+    """/openapi.json points to the crawler policy, which quotes the served file (tested above),
+    instead of restating signal values that the file may change."""
+    description = api.get("/openapi.json").json()["paths"]["/robots.txt"]["get"]["description"]
+    assert "/documents/crawler-policy" in description
+    assert not re.search(r"\b(yes|no)\b|=", description), description
+
+
 def test_api_catalog_is_an_rfc9727_linkset(api):
     for method in ("GET", "HEAD"):
         r = api.request(method, "/.well-known/api-catalog")
@@ -175,8 +183,6 @@ def test_openapi_describes_every_route(site_settings, api):
     from app import make_app
     doc = api.get("/openapi.json").json()
     for rule, methods, _ in make_app(site_settings).routes:
-        if rule.endswith(".md") and "{" not in rule and "<" not in rule:
-            continue  # Markdown twins are described in words (/developers), not as operations
         template = re.sub(r"<(\w+)(:[^>]*)?>", r"{\1}", rule)
         assert template in doc["paths"], rule
         documented = {m.upper() for m in doc["paths"][template] if m in ("get", "post", "put", "delete", "patch")}
@@ -226,6 +232,16 @@ def test_resume_as_markdown_carries_every_entry_of_the_json(api):
     for profile in resume["basics"]["profiles"]:
         assert f"[{profile['network']}]({profile['url']})" in text
     assert text.rstrip().endswith(f"<{resume['meta']['canonical']}> (updated {resume['meta']['lastModified'][:10]}).")
+
+
+@pytest.mark.parametrize("path", ["/developers.md", "/resume.md"])
+def test_markdown_twin_routes_answer_as_openapi_describes_them(api, checker, path):
+    r = api.get(path)
+    documented = checker.resolve(checker.doc["paths"][path]["get"]["responses"]["200"])
+    assert r.status_code == 200 and r.headers["Content-Type"].split(";")[0] in documented["content"]
+    assert set(documented["headers"]) == {"x-markdown-tokens", "RateLimit-Policy", "RateLimit", "Link"}
+    assert all(name in r.headers for name in documented["headers"]), r.headers
+    assert int(r.headers["x-markdown-tokens"]) == tokens.count(r.text)
 
 
 def test_resume_markdown_leaves_out_what_is_not_text():

@@ -66,6 +66,34 @@ def test_every_404_names_the_closest_pages_not_only_the_fallbacks(api):
         assert body["suggestions"][0].endswith(("/images/manifest.json", "/.well-known/agent-skills/index.json")), path
 
 
+BROWSER_PAGE = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+BROWSER_IMAGE = "image/avif,image/webp,image/apng,image/*,*/*;q=0.8"
+
+
+@pytest.mark.parametrize("path, template, accept, media", [
+    ("/images/nope.jpg", "/images/{path}", None, "application/json"),  # no Accept at all
+    ("/images/nope.jpg", "/images/{path}", "*/*", "application/json"),
+    ("/images/full/nope.jpg", "/images/{path}", BROWSER_IMAGE, "application/json"),  # an <img> tag
+    ("/images/nope.jpg", "/images/{path}", BROWSER_PAGE, "text/html"),  # a browser tab
+    ("/images/nope.jpg", "/images/{path}", "text/markdown", "text/markdown"),
+    ("/.well-known/agent-skills/nope/SKILL.md", "/.well-known/agent-skills/{name}/SKILL.md", None, "text/markdown"),
+    ("/.well-known/agent-skills/nope/SKILL.md", "/.well-known/agent-skills/{name}/SKILL.md", "*/*", "text/markdown"),
+    ("/.well-known/agent-skills/nope/SKILL.md", "/.well-known/agent-skills/{name}/SKILL.md", "application/json",
+     "application/json"),
+    ("/.well-known/agent-skills/nope/SKILL.md", "/.well-known/agent-skills/{name}/SKILL.md", BROWSER_PAGE, "text/html"),
+])
+def test_a_404_comes_in_a_format_openapi_documents_for_its_path(api, checker, path, template, accept, media):
+    """An image path answers a program (or an <img> tag) JSON and a SKILL.md answers Markdown like the
+    skills themselves; HTML only when a browser asks for a page. Every answer is one /openapi.json
+    lists for that path's 404 (and a JSON one is validated against it by `api`)."""
+    r = api.get(path, headers={"Accept": accept})
+    documented = checker.resolve(checker.doc["paths"][template]["get"]["responses"]["404"])
+    assert r.status_code == 404 and r.headers["Content-Type"].split(";")[0] == media
+    assert media in documented["content"], (template, media)
+    assert ("x-markdown-tokens" in r.headers) == (media == "text/markdown")
+    assert "x-markdown-tokens" in documented["headers"]
+
+
 @pytest.mark.parametrize("method", ["OPTIONS", "POST", "DELETE"])
 def test_a_path_that_names_nothing_is_404_whatever_the_method(api, method):
     for path in ("/no-such-page", "/api/v9/anything", "/images/nope.jpg", "/.well-known/agent-skills/nope/SKILL.md"):

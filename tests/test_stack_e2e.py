@@ -254,6 +254,15 @@ def test_datasette_links_reach_clients_in_rfc_8288_form(stack):
 
 
 @needs_caddy
+def test_a_missing_image_is_the_apps_json_404_for_every_client_but_a_browser_tab(stack, edge):
+    for accept in (None, "*/*", "image/avif,image/webp,image/*,*/*;q=0.8"):
+        r = edge.get("/images/nope.jpg", headers={"Accept": accept})
+        assert r.status_code == 404 and r.json()["code"] == "not_found", accept
+    tab = edge.get("/images/nope.jpg", headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    assert tab.status_code == 404 and tab.headers["Content-Type"].startswith("text/html")
+
+
+@needs_caddy
 def test_photo_archive_through_the_edge(stack, edge):
     manifest = edge.get("/images/manifest.json").json()
     assert manifest["count"] >= 24  # the demo set `make run` generates on first run
