@@ -1,11 +1,23 @@
-"""metadata.yml documents every table and column Datasette shows, and its canned queries run."""
+"""metadata.yml documents every table and column Datasette shows, and its canned queries run; the
+project's Datasette (as `make run` starts it, on a site.db built from content/) keeps the private
+tables unreadable and bounds what one query can make it hold."""
+import contextlib
+import importlib.util
 import re
+import socket
 import sqlite3
+import subprocess
+import time
 
+import pytest
+import requests
 import yaml
 
 from conftest import ROOT
 from siteapi import db
+from siteapi.stack import datasette_command
+
+PRIVATE = {"coffee_busy", "job_runs", "lens_discovery_cache", "lens_mode_cache", "ledger_state"}
 
 
 def test_every_visible_table_and_column_is_described(tmp_path):
@@ -45,6 +57,105 @@ def test_private_tables_exist_and_are_closed(tmp_path):
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     site = yaml.safe_load((ROOT / "metadata.yml").read_text())["databases"]["site"]
     private = site["plugins"]["private-tables"]["tables"]
-    assert {"coffee_busy", "job_runs"} <= set(private) <= tables  # a misspelt name would guard nothing
+    assert PRIVATE <= set(private) <= tables  # a misspelt name would guard nothing
     for table in private:
         assert site["tables"][table]["hidden"] is True and site["tables"][table]["allow"] is False, table
+
+
+@pytest.fixture(scope="module")
+def limits():
+    """plugins/query_limits.py, for its caps."""
+    spec = importlib.util.spec_from_file_location("query_limits", ROOT / "plugins" / "query_limits.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def datasette(site_settings, tmp_path_factory):
+    """The project's Datasette on a copy of the test site.db (content/ and the demo photos), with a
+    row in every private table: /lens/fetch origins and URLs, a job error, a busy time, a log path."""
+    path = tmp_path_factory.mktemp("datasette") / "site.db"
+    with contextlib.closing(db.connect(site_settings.db_path, readonly=True)) as source, \
+            contextlib.closing(db.writer(path)) as conn:
+        source.backup(conn)
+        with db.transaction(conn):
+            conn.execute("INSERT INTO lens_discovery_cache VALUES ('http://internal-staging.customer.test', 0, "
+                         "'2026-01-01T00:00:00Z', '{}')")
+            conn.execute("INSERT INTO lens_mode_cache VALUES ('https://shop.test/launch?token=abc123', 0, '{}')")
+            conn.execute("INSERT INTO ledger_state VALUES (1, '/srv/site/var/access.log', 0, '', 0, "
+                         "'2026-01-01T00:00:00Z', 0, 0, 0)")
+            conn.execute("INSERT INTO coffee_busy VALUES (0, 1, '1970-01-01T00:00:00Z', '1970-01-01T00:00:00Z')")
+            conn.execute("INSERT INTO job_runs(name, started, ok, error) VALUES ('x', '', 0, 'secret')")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(datasette_command(path, port), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}/data"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(requests.ConnectionError):
+                if requests.get(base + "/", timeout=5).status_code == 200:
+                    break
+            assert time.monotonic() < deadline and proc.poll() is None, "datasette did not come up"
+            time.sleep(0.3)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def sql(datasette, query: str) -> requests.Response:
+    return requests.get(datasette + "/site.json", params={"sql": query, "_shape": "array"}, timeout=30)
+
+
+def test_private_tables_are_unreadable_through_datasette(datasette):
+    for table in sorted(PRIVATE):
+        refused = sql(datasette, f"select * from {table}")
+        assert refused.status_code == 400 and "prohibited" in refused.json()["error"], table
+        assert sql(datasette, f"select count(*) as n from {table}").json()[0]["n"] >= 1, table  # rows to hide
+        assert requests.get(f"{datasette}/site/{table}.json", timeout=30).status_code == 403, table
+    leak = sql(datasette, "select count(*) from pages where exists "
+                          "(select 1 from lens_discovery_cache where origin like '%staging%')")
+    assert leak.status_code == 400 and "prohibited" in leak.json()["error"]
+
+
+def test_one_query_cannot_make_datasette_hold_more_than_its_caps(datasette, limits):
+    """Each amplifier fails with a sentence instead of growing the process: one value past the
+    length cap, a result wider than the column cap, rows that add up past the result cap."""
+    value, columns, result = limits.MAX_VALUE_BYTES, limits.MAX_COLUMNS, limits.MAX_RESULT_BYTES
+    rows = "with recursive n(i) as (select 1 union all select i + 1 from n where i < 1000) "
+    for query in (f"select zeroblob({value + 1})", f"select randomblob({value + 1})",
+                  f"select replace(printf('%.*c', 1000, 'x'), 'x', printf('%.*c', {value // 1000 + 1}, 'y'))",
+                  rows + f"select group_concat(printf('%.*c', {value // 1000 + 1}, 'x'), '') from n"):
+        r = sql(datasette, query)
+        assert r.status_code == 400 and r.json()["error"] == "string or blob too big", query
+    wide = sql(datasette, "select " + ", ".join(["1"] * (columns + 1)))
+    assert wide.status_code == 400 and "too many columns" in wide.json()["error"]
+    heavy = sql(datasette, rows + f"select printf('%.*c', {result // 1000 + 1}, 'x') from n")
+    assert heavy.status_code == 400 and f"more than {result >> 20} MiB" in heavy.json()["error"]
+    assert sql(datasette, f"select length(zeroblob({value})) as n").json() == [{"n": value}]
+    assert len(sql(datasette, rows + f"select printf('%.*c', {result // 1000 - 100}, 'x') from n").json()) == 1000
+
+
+def test_what_the_site_stores_reads_well_inside_the_caps(site_settings, datasette, limits):
+    """The caps sit far above the site's own data (content/ and the demo photos): the largest row is
+    under a quarter of the value cap, the widest table under half the column cap, and the 1,000
+    heaviest rows of any table (the most one query returns) under a quarter of the result cap."""
+    with contextlib.closing(db.connect(site_settings.db_path, readonly=True)) as conn:
+        conn.row_factory = None
+        tables = [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        widest = max(len(conn.execute(f"PRAGMA table_info({t})").fetchall()) for t in tables)
+        row_bytes = {t: sorted((sum(len(v.encode()) if isinstance(v, str) else len(v) for v in row
+                                    if isinstance(v, (str, bytes))) for row in conn.execute(f"SELECT * FROM {t}")),
+                               reverse=True) for t in tables}
+    assert max(max(sizes, default=0) for sizes in row_bytes.values()) * 4 < limits.MAX_VALUE_BYTES
+    assert widest * 2 <= limits.MAX_COLUMNS
+    assert max(sum(sizes[:1000]) for sizes in row_bytes.values()) * 4 < limits.MAX_RESULT_BYTES
+    for table in ("pages", "photos", "page_vectors", "photo_vectors", "site_files"):
+        r = requests.get(f"{datasette}/site/{table}.json", params={"_size": "max", "_shape": "array"}, timeout=30)
+        assert r.status_code == 200 and len(r.json()) == len(row_bytes[table]), table
+    longest = sql(datasette, "select * from pages order by length(body) + length(text) desc")  # a sort copies each row
+    assert longest.status_code == 200 and len(longest.json()) == len(row_bytes["pages"])

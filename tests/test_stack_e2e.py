@@ -254,6 +254,24 @@ def test_datasette_links_reach_clients_in_rfc_8288_form(stack):
 
 
 @needs_caddy
+def test_datasette_keeps_data_in_its_redirects_and_links(stack):
+    """Datasette's own redirects (a trailing slash, a %-escape turned into its ~ form, an old
+    settings page) and its links keep the /data/ prefix, through the edge and straight from
+    Datasette alike, and lead to its pages, not to the app's."""
+    redirects = {"/data/site/": "/data/site", "/data/site/pages/": "/data/site/pages",
+                 "/data/site/pages/%2Fabout": "/data/site/pages/~2Fabout", "/data/-/config": "/data/-/settings"}
+    for base in (stack["edge"], f"http://127.0.0.1:{stack['DATASETTE_PORT']}"):
+        for path, location in redirects.items():
+            r = requests.get(base + path, allow_redirects=False, timeout=30)
+            assert r.status_code in (301, 302) and r.headers["Location"] == location, (base, path, r.headers.get("Location"))
+            followed = requests.get(base + location, timeout=30)
+            assert followed.status_code == 200 and "datasette" in followed.text.lower(), (base, location)
+        page = requests.get(base + "/data/site/pages", timeout=30)
+        assert 'href="/data/site/pages.json"' in page.text and 'href="/data/site/pages?_sort=title"' in page.text
+        assert "/data/data/" not in page.text + page.headers["Link"], base
+
+
+@needs_caddy
 def test_a_missing_image_is_the_apps_json_404_for_every_client_but_a_browser_tab(stack, edge):
     for accept in (None, "*/*", "image/avif,image/webp,image/*,*/*;q=0.8"):
         r = edge.get("/images/nope.jpg", headers={"Accept": accept})
