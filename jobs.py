@@ -28,6 +28,7 @@ from siteapi.feeds.ledger import run_ledger
 from siteapi.feeds.tracks import run_tracks
 from siteapi.ingest import run_photos
 from siteapi.lens.census import run_census
+from siteapi.lens.scan import run_cache_purge
 
 log = logging.getLogger("jobs")
 
@@ -50,6 +51,8 @@ JOBS: dict[str, Job] = {
                   "crawl the venture-firm homepages; record changes"),
     "calendar": Job(run_calendar, {"trigger": "interval", "minutes": 5}, "busy times from the owner's ICS calendar"),
     "ledger": Job(run_ledger, {"trigger": "interval", "minutes": 10}, "count AI-crawler visits in Caddy's access log"),
+    "lens-caches": Job(run_cache_purge, {"trigger": "interval", "hours": 1},
+                       "forget the lens's cached lookups (origins, URLs) past their window"),
 }
 
 

@@ -203,6 +203,25 @@ def test_discovery_cache_answers_the_second_scan(sites, dns_server, settings, tm
     assert second["readiness"]["level"] == first["readiness"]["level"] == 5
 
 
+def test_the_hourly_job_forgets_lookups_past_their_window(sites, dns_server, settings, tmp_path):
+    import jobs
+
+    settings = dataclasses.replace(settings, db_path=tmp_path / "site.db")
+    conn = db.writer(settings.db_path)
+    scan.scan(sites.url("ready.test"), settings, fetcher=site_fetcher(sites), dns=dns_server.client(),
+              bot_views=False, conn=conn)
+    seven_hours_ago = time.time() - 7 * 3600
+    with db.transaction(conn):
+        conn.execute("INSERT INTO lens_discovery_cache VALUES ('https://old.example', ?, '', '{}')", (seven_hours_ago,))
+        conn.execute("INSERT INTO lens_mode_cache VALUES ('https://old.example/?token=1', ?, '{}')", (seven_hours_ago,))
+        conn.execute("INSERT INTO lens_mode_cache VALUES ('https://new.example/', ?, '{}')", (time.time(),))
+    ok, summary = jobs.run_job(settings, "lens-caches")
+    assert ok and summary.startswith("1 discovery results and 1 CDN levels past their window deleted")
+    assert [r[0] for r in conn.execute("SELECT origin FROM lens_discovery_cache")] == [sites.url("ready.test").rstrip("/")]
+    assert [r[0] for r in conn.execute("SELECT url FROM lens_mode_cache")] == ["https://new.example/"]
+    conn.close()
+
+
 def test_bad_input_answers_400(settings, sites):
     with pytest.raises(ApiError) as missing:
         scan.scan("  ", settings, fetcher=site_fetcher(sites))

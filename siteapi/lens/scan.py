@@ -5,7 +5,7 @@ declared sitemap, DNS-AID and ECH lookups, the markdown check and 10 bot views) 
 thread pool under ONE deadline and one subrequest cap; what did not finish in time is reported
 as not answered (`unknown`), never waited for. What the probes find joins what the page shows
 (`ai.llmsTxtPresent` counts /llms.txt). The origin's discovery result is cached in site.db for
-`discovery_cache_hours`. Also here: `summary` (LensSummary), `compare` (LensComparison) and
+`discovery_cache_hours`, and an hourly job deletes what is older. Also here: `summary` (LensSummary), `compare` (LensComparison) and
 `cloudflare_mode` (a CDN's agent-readiness level read from its scanner over MCP).
 """
 from __future__ import annotations
@@ -409,6 +409,23 @@ def _mode_cache_read(conn, url: str, hours: float) -> dict | None:
         return json.loads(row[1]) if row and time.time() - row[0] <= hours * 3600 else None
     except (sqlite3.Error, ValueError):
         return None
+
+
+def run_cache_purge(settings) -> str:
+    """Job (hourly): delete the cached lookups past their window, so the origins and URLs callers
+    inspected are kept only as long as the caches reuse them."""
+    conf = scan_settings(settings)
+    now = time.time()
+    conn = db.writer(settings.db_path)
+    try:
+        with db.transaction(conn):
+            origins = conn.execute("DELETE FROM lens_discovery_cache WHERE fetched_at < ?",
+                                   (now - conf["discovery_cache_hours"] * 3600,)).rowcount
+            urls = conn.execute("DELETE FROM lens_mode_cache WHERE fetched_at < ?",
+                                (now - conf["cloudflare_cache_hours"] * 3600,)).rowcount
+    finally:
+        conn.close()
+    return f"{origins} discovery results and {urls} CDN levels past their window deleted"
 
 
 def _mode_cache_write(conn, url: str, payload: dict) -> None:
