@@ -86,7 +86,8 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         # Originals come from images_dir/full/, the ingest job's copies of the published ones
         # without private metadata, never from photos_dir. Normalised as static_file will, so that
         # /images/./full/ is no way around originals_public.
-        if os.path.normpath(path.strip("/\\")).startswith("full/") and not settings.originals_public:
+        original = os.path.normpath(path.strip("/\\")).startswith("full/")
+        if original and not settings.originals_public:
             raise ApiError(404, "Originals are not published on this site.", code="not_found")
         missing = ApiError(404, f"There is no image at /images/{path[:pages.SUGGEST_CHARS]}.", code="not_found")
         if not path.lower().endswith(photos.IMAGE_SUFFIXES):  # image types only, as at the edge
@@ -103,10 +104,11 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                            "them or send no Range.", code="range_not_satisfiable",
                            headers={"Content-Range": f"bytes */{stat.st_size}"})
         if etag_matches(etag):
-            return Reply(b"", status=304, headers={"ETag": etag})
+            return Reply(b"", status=304, headers={"ETag": etag}, cache=photos.ORIGINAL_CACHE if original else None)
         kept = ("Content-Length", "Last-Modified", "Accept-Ranges", "Content-Range")
         return Reply(found.body, status=found.status_code, content_type=found.content_type,
-                     headers={"ETag": etag, **{k: v for k, v in found.headers.items() if k in kept}})
+                     headers={"ETag": etag, **{k: v for k, v in found.headers.items() if k in kept}},
+                     cache=photos.ORIGINAL_CACHE if original else None)
 
     # -- live feeds (stored by jobs.py, served from site.db) ----------------------------------------
     def now_playing():
@@ -219,7 +221,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/resume.md", resume_as_markdown)
     R("/photos/query.json", photo_query)
     R("/images/manifest.json", photo_manifest)
-    R("/images/<path:path>", image_file, cache="public, max-age=31536000, immutable", may_not_exist=True)
+    R("/images/<path:path>", image_file, cache=photos.THUMBNAIL_CACHE, may_not_exist=True)
     R("/rn/tracks", now_playing, cache="public, max-age=3600, s-maxage=3600")
     R("/around/json", neighborhood, cache="public, max-age=60, s-maxage=300")
     R("/around/changes.json", change_radar, cache="public, max-age=60, s-maxage=300")

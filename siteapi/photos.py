@@ -69,6 +69,10 @@ CREATE TABLE IF NOT EXISTS photo_vectors (
 
 TEXT_MAX = 120
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".avif")  # what /images/ serves; the Caddyfile's @stored names the same
+# As the Caddyfile's image_files imports: thumbnails have content-hashed names; an original keeps
+# the camera's name through a re-edit, so it is cached a day and then revalidated.
+THUMBNAIL_CACHE = "public, max-age=31536000, immutable"
+ORIGINAL_CACHE = "public, max-age=86400"
 LIMIT_DEFAULT, LIMIT_MAX, OFFSET_MAX = 25, 100, 10000
 COMMON_SHARE, COMMON_MIN_CANDIDATES = 0.9, 4
 FILTERS = {"camera": "camera", "lens": "lens", "film": "film", "recipe": "recipe_text"}

@@ -72,7 +72,6 @@ def main() -> int:
         access_log.touch()  # the ledger job may read before Caddy's first request creates it
         env.update({"SITE_ADDRESS": f":{ports['caddy']}", "CADDY_BIND": os.environ.get("CADDY_BIND", "127.0.0.1"),
                     "SITE_IMAGES_DIR": str(settings.images_dir),
-                    "SITE_PHOTOS_DIR": str(settings.photos_dir),
                     "SITE_ORIGINALS_PUBLIC": "true" if settings.originals_public else "false",
                     "SITE_ACCESS_LOG": str(access_log)})
         commands["caddy"] = [caddy, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"]

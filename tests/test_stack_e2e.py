@@ -31,7 +31,7 @@ from app import make_app
 from conftest import ROOT, Client
 from feeds_servers import USER_AGENTS, make_settings
 from servers import open_stream, read_until, serve_wsgi
-from siteapi import db, demo_photos, ingest
+from siteapi import db, demo_photos, ingest, photos
 from siteapi.feeds.ledger import ledger, run_ledger
 
 CADDY = shutil.which("caddy")
@@ -205,7 +205,8 @@ def test_what_no_image_file_answers_goes_to_the_app(stack, edge):
         posted = edge.request("POST", path, data=b"x")
         assert posted.status_code == 405 and posted.headers["Allow"] == "GET, HEAD, OPTIONS", path
         got = requests.get(stack["edge"] + path, timeout=30)
-        assert got.status_code == 200 and "immutable" in got.headers["Cache-Control"], path
+        expected = photos.ORIGINAL_CACHE if path.startswith("/images/full/") else photos.THUMBNAIL_CACHE
+        assert got.status_code == 200 and got.headers["Cache-Control"] == expected, path
         assert got.headers["Access-Control-Allow-Origin"] == "*", path
 
 
@@ -525,7 +526,7 @@ def test_the_edge_serves_originals_only_as_their_published_copies(site_settings,
                                                                      **folders) as port:
         r = requests.get(f"http://127.0.0.1:{port}/images/full/{paths[1].name}", timeout=30)
         assert r.status_code == 200 and r.headers["Content-Type"] == "image/jpeg"
-        assert "immutable" in r.headers["Cache-Control"] and "RateLimit-Policy" not in r.headers  # Caddy's own
+        assert r.headers["Cache-Control"] == photos.ORIGINAL_CACHE and "RateLimit-Policy" not in r.headers  # Caddy's own
         original = paths[1].read_bytes()  # a photo with a lens, so with a lens serial too
         for secret in (demo_photos.BODY_SERIAL, demo_photos.LENS_SERIAL, demo_photos.OWNER, "FFDT00424242"):
             assert secret.encode() in original and secret.encode() not in r.content, secret
