@@ -1,9 +1,13 @@
-"""Real servers for the tests: the app in waitress on a loopback port, stopped when the test ends."""
+"""Real servers for the tests: the app in waitress on a loopback port, and other servers run as
+processes (Caddy, Datasette), each stopped when the test ends."""
 from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import threading
+import time
+from typing import Callable
 from urllib.parse import urlsplit
 
 from siteapi import serving
@@ -78,3 +82,24 @@ def read_until(sock: socket.socket, marker: bytes) -> bytes:
         assert chunk, f"connection closed before {marker!r}"
         seen += chunk
     return seen
+
+
+@contextlib.contextmanager
+def running(command: list[str], ready: Callable[[], bool], what: str, timeout: float = 60, **popen):
+    """Start `command`, wait until `ready()` (failing if it exits first), yield the process, stop it."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            assert time.monotonic() < deadline and proc.poll() is None, f"{what} did not come up"
+            time.sleep(0.2)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def accepts(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+    return False

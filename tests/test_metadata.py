@@ -6,14 +6,13 @@ import importlib.util
 import re
 import socket
 import sqlite3
-import subprocess
-import time
 
 import pytest
 import requests
 import yaml
 
 from conftest import ROOT
+from servers import running
 from siteapi import db
 from siteapi.stack import datasette_command
 
@@ -90,21 +89,15 @@ def datasette(site_settings, tmp_path_factory):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(datasette_command(path, port), cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}/data"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(requests.ConnectionError):
-                if requests.get(base + "/", timeout=5).status_code == 200:
-                    break
-            assert time.monotonic() < deadline and proc.poll() is None, "datasette did not come up"
-            time.sleep(0.3)
+
+    def answers() -> bool:
+        with contextlib.suppress(requests.ConnectionError):
+            return requests.get(base + "/", timeout=5).status_code == 200
+        return False
+
+    with running(datasette_command(path, port), answers, "datasette", cwd=ROOT):
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def sql(datasette, query: str) -> requests.Response:

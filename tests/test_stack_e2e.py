@@ -30,7 +30,7 @@ import jobs
 from app import make_app
 from conftest import ROOT, Client
 from feeds_servers import USER_AGENTS, make_settings
-from servers import open_stream, read_until, serve_wsgi
+from servers import accepts, open_stream, read_until, running, serve_wsgi
 from siteapi import db, demo_photos, ingest, photos
 from siteapi.feeds.ledger import ledger, run_ledger
 
@@ -391,21 +391,11 @@ def caddy_in_front(app_port: int, tmp, **extra_env: str):
     port = free_port()
     env = {**os.environ, "SITE_ADDRESS": f":{port}", "CADDY_BIND": "127.0.0.1", "CADDY_ADMIN": "off",
            "SITE_PORT": str(app_port), "DATASETTE_PORT": str(free_port()), "SITE_ACCESS_LOG": str(tmp / "access.log"),
-           "SITE_IMAGES_DIR": str(tmp), "SITE_PHOTOS_DIR": str(tmp), "XDG_DATA_HOME": str(tmp / "xdg-data"),
+           "SITE_IMAGES_DIR": str(tmp), "XDG_DATA_HOME": str(tmp / "xdg-data"),
            "XDG_CONFIG_HOME": str(tmp / "xdg-config"), "HOME": str(tmp), **extra_env}
-    proc = subprocess.Popen([CADDY, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            assert time.monotonic() < deadline and proc.poll() is None, "caddy did not come up"
-            time.sleep(0.2)
+    with running([CADDY, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"],
+                 lambda: accepts(port), "caddy", timeout=30, cwd=ROOT, env=env):
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
