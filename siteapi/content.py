@@ -61,6 +61,8 @@ CREATE TABLE IF NOT EXISTS site_files (
 markdown = MarkdownIt("commonmark", {"typographer": False}).enable("table")
 _TAGS = re.compile(r"<[^>]+>")
 _SPACE = re.compile(r"\s+")
+# What no page's URL can hold: a query or fragment, white space and controls, an empty or dot segment.
+_UNSERVABLE_PATH = re.compile(r"[?#\\\s\x00-\x1f\x7f]|//|/\.\.?(?:/|$)")
 _DAY = re.compile(r"(\d{4}-\d\d-\d\d)(?:[Tt ].*)?")
 _TYPE_NAMES = {bool: "yes/no", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
 
@@ -157,6 +159,9 @@ def parse_file(file: Path, root: Path) -> Page:
     if not path.startswith("/") or path.endswith(".md") or (path != "/" and path.endswith("/")):
         raise ContentError(f"{rel} line {key_line(front, 'path')}: path must start with '/' and not end with '/' "
                            f"or '.md', not {path!r}.")
+    if _UNSERVABLE_PATH.search(path):
+        raise ContentError(f"{rel} line {key_line(front, 'path')}: path must be one URL path, without spaces, "
+                           f"'?', '#', '\\', '//' or '.'/'..' segments, e.g. path: /writing/my-post, not {path!r}.")
     date = meta.get("date")
     if date is not None:
         date = day(date)

@@ -236,6 +236,10 @@ def test_a_wrong_type_is_reported_with_what_to_write_instead(tmp_path):
                          "line 5: tags must be a list of text, e.g. tags: [film, recipes]"),
         "tags-nested.md": ("title: T\nkind: page\npath: /h\ntags: [film, {a: b}]\n", "line 5: tags must be a list"),
         "yaml-tab.md": ("title:\tT\nkind: page\npath: /i\n", "line 2: front matter is not valid YAML"),
+        "path-query.md": ("title: T\nkind: page\npath: /j?draft=1\n", "line 4: path must be one URL path"),
+        "path-space.md": ("title: T\nkind: page\npath: /my post\n", "line 4: path must be one URL path"),
+        "path-double.md": ("title: T\nkind: page\npath: //evil.example\n", "line 4: path must be one URL path"),
+        "path-dots.md": ("title: T\nkind: page\npath: /writing/../about\n", "line 4: path must be one URL path"),
     }
     for name, (front, _) in faults.items():
         (tmp_path / name).write_text(f"---\n{front}---\nbody\n")
