@@ -468,15 +468,13 @@ def test_public_copies_keep_the_image_and_drop_private_metadata(archive):
             assert kept[key] == published[key], (row["stem"], key)
 
 
-def srgb_profile() -> bytes:
-    return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
-
-
 def test_public_copies_drop_maker_segments_and_trailing_previews(tmp_path):
     settings = make_settings(tmp_path)
     settings.photos_dir.mkdir()
+    # lcms stamps a profile with the second it was made, so it is made once
+    srgb_profile = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
     buffer = io.BytesIO()
-    Image.new("RGB", (64, 48), (200, 40, 40)).save(buffer, "JPEG", icc_profile=srgb_profile(), quality=90)
+    Image.new("RGB", (64, 48), (200, 40, 40)).save(buffer, "JPEG", icc_profile=srgb_profile, quality=90)
     original = with_maker_extras(demo_photos.make_jpeg(demo_photos.DEMOS[0], 0))
     (settings.photos_dir / "maker.jpg").write_bytes(original)
     (settings.photos_dir / "profiled.jpg").write_bytes(with_maker_extras(buffer.getvalue()))
@@ -485,7 +483,7 @@ def test_public_copies_drop_maker_segments_and_trailing_previews(tmp_path):
     profiled = (settings.images_dir / "full" / "profiled.jpg").read_bytes()
     assert_public_copy((settings.photos_dir / "profiled.jpg").read_bytes(), profiled)
     with Image.open(io.BytesIO(profiled)) as image:
-        assert image.info["icc_profile"] == srgb_profile()  # the colour profile stays
+        assert image.info["icc_profile"] == srgb_profile  # the colour profile stays
 
 
 def test_public_copies_follow_originals_public_and_the_photos(tmp_path):
