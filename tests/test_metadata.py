@@ -152,3 +152,23 @@ def test_what_the_site_stores_reads_well_inside_the_caps(site_settings, datasett
         assert r.status_code == 200 and len(r.json()) == len(row_bytes[table]), table
     longest = sql(datasette, "select * from pages order by length(body) + length(text) desc")  # a sort copies each row
     assert longest.status_code == 200 and len(longest.json()) == len(row_bytes["pages"])
+
+
+@pytest.mark.parametrize("query, expected", [
+    ("_sort=nope", "Cannot sort table by nope. _sort and _sort_desc take one of the table's sortable columns"),
+    ("_sort_desc=rowid", "Cannot sort table by rowid."),
+    ("_sort=path&_sort_desc=title", "Cannot use _sort and _sort_desc at the same time."),
+    ("_through=nope", "_through takes a JSON object"),
+    ('_through={"table": "photos", "column": "stem", "value": 1}', "_through takes a JSON object"),
+    ("_timelimit=soon", "_timelimit takes a whole number of milliseconds."),
+])
+def test_a_bad_table_parameter_is_a_400_with_what_to_send(datasette, query, expected):
+    """Datasette 0.65 answers these with a 500; plugins/client_errors.py makes them the caller's 400,
+    in JSON for .json and on Datasette's own HTML error page otherwise."""
+    as_json = requests.get(f"{datasette}/site/pages.json?{query}", timeout=30)
+    assert as_json.status_code == 400 and expected in as_json.json()["error"], as_json.text[:300]
+    as_html = requests.get(f"{datasette}/site/pages?{query}", timeout=30)
+    assert as_html.status_code == 400 and as_html.headers["Content-Type"].startswith("text/html")
+    assert "<h1>Bad request</h1>" in as_html.text
+    good = requests.get(f"{datasette}/site/pages.json?_sort_desc=title&_timelimit=500&_size=2", timeout=30)
+    assert good.status_code == 200 and len(good.json()["rows"]) == 2
