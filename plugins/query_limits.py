@@ -20,9 +20,9 @@ import weakref
 from datasette import hookimpl
 
 # The largest thing site.db holds is a `pages` row, the page's Markdown plus its plain text: 5.8 KB
-# today (tests/test_metadata.py measures it against these caps). 1 MiB still fits a page of about
-# 500 KB of Markdown, some 80,000 words, far past any essay; a row over it would make the `pages`
-# table fail in Datasette (the app does not read through these caps).
+# today (tests/test_metadata.py measures it against these caps). The content job refuses a file over
+# 256 KiB (siteapi/content.py MAX_FILE_BYTES), so a page's row, and a sort that copies it with its
+# key, stays under this cap.
 MAX_VALUE_BYTES = 1 << 20
 # The widest table, `photos`, has 24 columns; Datasette's table pages add rowid.
 MAX_COLUMNS = 64

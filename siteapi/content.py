@@ -64,6 +64,9 @@ _SPACE = re.compile(r"\s+")
 # What no page's URL can hold: a query or fragment, white space and controls, an empty or dot segment.
 _UNSERVABLE_PATH = re.compile(r"[?#\\\s\x00-\x1f\x7f]|//|/\.\.?(?:/|$)")
 _DAY = re.compile(r"(\d{4}-\d\d-\d\d)(?:[Tt ].*)?")
+# A page's row holds its Markdown and its plain text; at this size, that row and any sort of it stay
+# under the 1 MiB a value that plugins/query_limits.py lets Datasette read (about 40,000 words).
+MAX_FILE_BYTES = 256 * 1024
 _TYPE_NAMES = {bool: "yes/no", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
 
 
@@ -103,9 +106,13 @@ def plain_text(markdown_body: str) -> str:
 def read_text(file: Path, rel: str) -> str:
     """The file as UTF-8 text, or a ContentError naming `rel` (and the line of a bad byte)."""
     try:
-        raw = file.read_bytes()
+        with file.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ContentError(f"{rel} cannot be read ({exc.strerror or exc}); fix or remove it.") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ContentError(f"{rel} is over {MAX_FILE_BYTES >> 10} KiB, the most one content file may hold; "
+                           "split it into several pages.")
     try:
         return raw.decode("utf-8").removeprefix("\ufeff")  # the byte-order mark some editors write
     except UnicodeDecodeError as exc:

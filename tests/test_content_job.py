@@ -1,4 +1,5 @@
 """The content job: incremental indexing, deletions, broken front matter, job_runs."""
+import json
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from servers import serve_wsgi
 import jobs
 from app import make_app
 from siteapi import db
+from siteapi.content import MAX_FILE_BYTES
 
 
 def copy_content(tmp_path):
@@ -192,6 +194,15 @@ def break_into_folder(content):
     (content / "pages" / "about.md").mkdir()
 
 
+def break_with_length(content):
+    words = "A sentence of an essay that goes on. " * 8000  # 296 KB
+    (content / "pages" / "about.md").write_text(page_text("About", "/about", "page") + words)
+
+
+def break_resume_with_length(content):
+    (content / "resume.json").write_text(json.dumps({"basics": {"summary": "x" * MAX_FILE_BYTES}}))
+
+
 def break_resume(content):
     (content / "resume.json").write_bytes(b'{"basics": {"name": "Caf\xe9"}}')
 
@@ -204,7 +215,9 @@ def break_resume(content):
     (break_link, "pages/about.md cannot be read (No such file or directory)"),
     (break_into_folder, "pages/about.md cannot be read (Is a directory)"),
     (break_resume, "resume.json line 1: not UTF-8 text"),
-], ids=["date", "tags", "nul", "link", "folder", "resume"])
+    (break_with_length, "pages/about.md is over 256 KiB, the most one content file may hold; split it"),
+    (break_resume_with_length, "resume.json is over 256 KiB"),
+], ids=["date", "tags", "nul", "link", "folder", "resume", "long-page", "long-resume"])
 def test_one_bad_file_is_named_keeps_its_last_good_row_and_the_rest_is_indexed(tmp_path, damage, expected):
     content, settings = small_site(tmp_path)
     before = rows(settings, "SELECT * FROM pages WHERE path = '/about'")

@@ -11,9 +11,11 @@ import pytest
 import requests
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, make_settings
 from servers import running
+import jobs
 from siteapi import db
+from siteapi.content import MAX_FILE_BYTES
 from siteapi.stack import datasette_command
 
 PRIVATE = {"coffee_busy", "job_runs", "lens_discovery_cache", "lens_mode_cache", "ledger_state"}
@@ -86,6 +88,13 @@ def datasette(site_settings, tmp_path_factory):
                          "'2026-01-01T00:00:00Z', 0, 0, 0)")
             conn.execute("INSERT INTO coffee_busy VALUES (0, 1, '1970-01-01T00:00:00Z', '1970-01-01T00:00:00Z')")
             conn.execute("INSERT INTO job_runs(name, started, ok, error) VALUES ('x', '', 0, 'secret')")
+    with serving_datasette(path) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def serving_datasette(path):
+    """The project's Datasette on `path`, as `make run` starts it; yields its /data base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -172,3 +181,24 @@ def test_a_bad_table_parameter_is_a_400_with_what_to_send(datasette, query, expe
     assert "<h1>Bad request</h1>" in as_html.text
     good = requests.get(f"{datasette}/site/pages.json?_sort_desc=title&_timelimit=500&_size=2", timeout=30)
     assert good.status_code == 200 and len(good.json()["rows"]) == 2
+
+
+def test_the_longest_page_the_content_job_takes_reads_through_datasette(tmp_path, limits):
+    """A page file at content.MAX_FILE_BYTES, all plain words so its text is as long as its
+    Markdown, is indexed, and its row reads and sorts within the 1 MiB value cap."""
+    content = tmp_path / "content"
+    (content / "pages").mkdir(parents=True)
+    head = "---\ntitle: Long\nkind: page\npath: /long\n---\n"
+    (content / "pages" / "long.md").write_text(head + "word " * ((MAX_FILE_BYTES - len(head)) // 5))
+    assert MAX_FILE_BYTES - 5 < (content / "pages" / "long.md").stat().st_size <= MAX_FILE_BYTES
+    (content / "resume.json").write_text('{"basics": {"name": "Owner"}}')
+    settings = make_settings(tmp_path, content_dir=content)
+    assert jobs.run_job(settings, "content")[0]
+    with serving_datasette(settings.db_path) as base:
+        table = requests.get(f"{base}/site/pages.json", params={"_sort_desc": "title", "_shape": "array"}, timeout=30)
+        assert table.status_code == 200 and table.json()[0]["path"] == "/long", table.text[:300]
+        assert len(table.json()[0]["body"]) + len(table.json()[0]["text"]) > MAX_FILE_BYTES * 2 - 100
+        for column in ("body", "text"):  # a sort copies the row and its key: three page lengths
+            ordered = sql(base, f"select * from pages order by {column} desc")
+            assert ordered.status_code == 200 and ordered.json()[0]["path"] == "/long", ordered.text[:300]
+        assert requests.get(f"{base}/site/pages", timeout=30).status_code == 200  # with facet suggestions
