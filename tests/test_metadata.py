@@ -202,3 +202,12 @@ def test_the_longest_page_the_content_job_takes_reads_through_datasette(tmp_path
             ordered = sql(base, f"select * from pages order by {column} desc")
             assert ordered.status_code == 200 and ordered.json()[0]["path"] == "/long", ordered.text[:300]
         assert requests.get(f"{base}/site/pages", timeout=30).status_code == 200  # with facet suggestions
+
+
+def test_links_take_the_scheme_caddy_forwards(datasette):
+    """Caddy sends X-Forwarded-Proto from 127.0.0.1, which Datasette's server trusts: behind TLS its
+    absolute links (next_url) are https, without force_https_urls, which would break http set-ups."""
+    for scheme in ("https", "http"):
+        r = requests.get(f"{datasette}/site/photos.json", params={"_size": "1"},
+                         headers={"X-Forwarded-Proto": scheme}, timeout=30)
+        assert r.json()["next_url"].startswith(f"{scheme}://127.0.0.1:"), r.json()["next_url"]
