@@ -12,18 +12,21 @@ deleted ones, skips and reports what it cannot read (a file name that is not UTF
 embeds captions with the /ask model (when it can be loaded) for matching by meaning, and writes
 everything in one short transaction; the public copies (`images_dir/full/<file name>`, only while
 originals_public is true) are staged before it and renamed into place after it, and any copy of a
-photo no longer published is removed. A folder with no JPEG left while the archive has photos (a
+photo no longer published is removed. A removed photo's thumbnails go with it; a replaced photo's
+old ones stay SUPERSEDED_GRACE_S, for the cached replies that still name them. A folder with no JPEG left while the archive has photos (a
 drive not mounted) is refused rather than emptying the archive, unless it holds EMPTY_MARKER.
 Nothing outside the allowlist (GPS, serial numbers, owner names) is ever copied.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
@@ -48,6 +51,9 @@ FULL_DIR = "full"  # under images_dir: the public copies of the originals, serve
 # A folder with no JPEG empties the archive only when this file says the emptiness is meant.
 EMPTY_MARKER = ".empty-archive"
 ALT_MAX = 240
+# A replaced photo's old thumbnails stay this long after the replacement: query replies cached by
+# the app, browsers and proxies (up to 10 minutes) still name them. A removed photo's go at once.
+SUPERSEDED_GRACE_S = 3600
 THUMB_SIZES = {"jpg": 1600, "avif": 1600, "small": 400, "xs": 200}
 # The EXIF a public copy of an original keeps: the tags the §2.4 metadata is read from, and those
 # that show the pixels right (orientation, colour space, resolution). GPS, serial numbers, owner
@@ -734,12 +740,16 @@ def run_photos(settings) -> str:
             _delete_files(images_dir, written - _all_referenced(existing.values()))
             _delete_files(full_dir, {temp.name for temp in copies.values()})
             raise
-        # Thumbnails of replaced and removed photos, and those written for a file that then failed.
-        stale = set(written)
-        for stem in written_stems | set(gone):
-            if stem in existing:
-                stale |= _thumb_names(existing[stem])
-        _delete_files(images_dir, stale - _all_referenced(rows + kept))
+        # Thumbnails of removed photos, and those written for a file that then failed, go now;
+        # those of replaced photos are marked with the time of their replacement and swept later.
+        referenced = _all_referenced(rows + kept)
+        _delete_files(images_dir, (written | _all_referenced(existing[stem] for stem in gone)) - referenced)
+        superseded = _all_referenced(existing[stem] for stem in written_stems if stem in existing) - referenced
+        for name in superseded:
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(images_dir / name)
+        if images_dir.is_dir():
+            _sweep_superseded(images_dir, referenced)
         for name, temp in copies.items():
             os.replace(temp, full_dir / name)
         published = {r[0] for r in conn.execute("SELECT file_name FROM photos")} if settings.originals_public else set()
@@ -756,6 +766,14 @@ def _all_referenced(rows) -> set[str]:
     for row in rows:
         names |= _thumb_names(row)
     return names
+
+
+def _sweep_superseded(images_dir: Path, referenced: set[str]) -> None:
+    """Delete the thumbnails no photo names whose replacement is SUPERSEDED_GRACE_S old."""
+    cutoff = time.time() - SUPERSEDED_GRACE_S
+    _delete_files(images_dir, {entry.name for entry in os.scandir(images_dir)
+                               if entry.is_file() and not entry.name.startswith(".")
+                               and entry.name not in referenced and entry.stat().st_mtime < cutoff})
 
 
 def _delete_files(folder: Path, names: set[str]) -> None:

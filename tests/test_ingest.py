@@ -6,6 +6,7 @@ import io
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import exiv2
@@ -217,7 +218,10 @@ def test_rerun_changes_and_deletions(tmp_path):
     paths[0].write_bytes(paths[0].read_bytes())
     assert ingest.run_photos(settings) == "added 0, updated 0, removed 0, failed 0"
 
-    # a new picture under an old name: updated, old thumbnails gone, upload date kept
+    long_ago = time.time() - 2 * ingest.SUPERSEDED_GRACE_S  # thumbnails published long before their replacement
+    for name in thumbnail_files(settings):
+        os.utime(settings.images_dir / name, (long_ago, long_ago))
+    # a new picture under an old name: updated, old thumbnails kept a while, upload date kept
     paths[1].write_bytes(demo_photos.make_jpeg(demo_photos.DEMOS[1], 99))
     # a sidecar caption added to a photo without an embedded one is picked up
     bare = demo_photos.DEMOS[21]
@@ -231,8 +235,17 @@ def test_rerun_changes_and_deletions(tmp_path):
     assert after[paths[1].stem]["thumb_jpg"] != before[paths[1].stem]["thumb_jpg"]
     assert after[paths[1].stem]["uploaded"] == before[paths[1].stem]["uploaded"]
     referenced = {row["thumb_" + k] for row in after.values() for k in ("avif", "jpg", "small", "xs")}
-    assert thumbnail_files(settings) == referenced
+    # the replaced photo's old thumbnails outlive the cached replies that name them; the removed one's go
+    replaced = {before[paths[1].stem]["thumb_" + k] for k in ("avif", "jpg", "small", "xs")}
+    assert thumbnail_files(settings) == referenced | replaced
     assert public_copies(settings) == {row["file_name"] for row in after.values()}
+    assert ingest.run_photos(settings) == "added 0, updated 0, removed 0, failed 0"
+    assert thumbnail_files(settings) == referenced | replaced
+    for name in replaced:  # as they look once the grace has passed
+        past = time.time() - ingest.SUPERSEDED_GRACE_S - 1
+        os.utime(settings.images_dir / name, (past, past))
+    assert ingest.run_photos(settings) == "added 0, updated 0, removed 0, failed 0"
+    assert thumbnail_files(settings) == referenced
 
 
 def caption_vectors(settings) -> tuple[dict[str, tuple[str, bytes]], int]:
