@@ -12,13 +12,16 @@ map to HTTP statuses (404 for an unknown method, 400 for the rest). A request is
 `_meta` names a protocol version.
 
 Tool arguments: an endpoint tool's bounds (minimum, maximum, maxLength) are documentation, not
-refusals, because the endpoint clamps or truncates them as it does over HTTP; the one hard limit is
-a string over 16 KiB, which no endpoint takes (it would not fit a query string). Arguments that break
+refusals, because the endpoint clamps or truncates them as it does over HTTP; the hard limits are
+a string over 16 KiB, which no endpoint takes (it would not fit a query string), an array of more
+than 64 items (no tool takes more than 4) and values nested too deeply to check. Arguments that break
 the schema otherwise are -32602 up to 2025-06-18 and, from 2025-11-25 on, a result with `isError`
 that a model can read and correct (the tools chapter moved input validation there).
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import logging
@@ -42,6 +45,7 @@ ALL_VERSIONS = HANDSHAKE_VERSIONS + MODERN_VERSIONS
 ASSUMED_VERSION = "2025-03-26"  # a handshake-era request without MCP-Protocol-Version
 MAX_BATCH = 16
 MAX_STRING = MAX_QUERY_BYTES  # no endpoint takes a longer value: it would not fit a query string
+MAX_ITEMS = 64  # checked before the schema: jsonschema's uniqueItems is quadratic on arrays of objects
 LIST_TTL_MS = 3_600_000
 VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
 CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
@@ -49,6 +53,7 @@ SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 CARD_TYPE = "application/mcp-server-card+json"
 CARD_CACHE = "public, max-age=3600"
 CARD_SCHEMA = "https://static.modelcontextprotocol.io/schemas/2025-12-11/server-card.schema.json"
+_BASE64_HEADER = re.compile(r"=\?base64\?(.*)\?=")
 _ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-]+(:\d{1,5})?$|^https?://\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
@@ -82,6 +87,19 @@ def without_bounds(schema):
         return schema
     return {key: ({name: without_bounds(sub) for name, sub in value.items()} if key == "properties"
                   else without_bounds(value)) for key, value in schema.items() if key not in BOUNDS}
+
+
+def name_header() -> str | None:
+    """Mcp-Name as the client meant it: a name that is not plain printable ASCII travels as
+    `=?base64?<its UTF-8 in base64>?=` (2026-07-28 transports); a malformed one matches no name."""
+    value = header("Mcp-Name", None)
+    match = _BASE64_HEADER.fullmatch(value or "")
+    if match is None:
+        return value
+    try:
+        return base64.b64decode(match[1], validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeError):
+        return None
 
 
 def unsupported(requested) -> RpcError:
@@ -209,7 +227,7 @@ class McpServer:
             raise RpcError(HEADER_MISMATCH, "The MCP-Protocol-Version header must equal params._meta's protocol version.")
         if header("Mcp-Method", None) != method:
             raise RpcError(HEADER_MISMATCH, "The Mcp-Method header must equal the body's method.")
-        if method == "tools/call" and params.get("name") is not None and header("Mcp-Name", None) != params["name"]:
+        if method == "tools/call" and params.get("name") is not None and name_header() != params["name"]:
             raise RpcError(HEADER_MISMATCH, "The Mcp-Name header must equal the tool name in the body.")
         if version not in MODERN_VERSIONS:
             raise unsupported(version)
@@ -296,7 +314,13 @@ class McpServer:
         too_long = [k for k, v in arguments.items() if isinstance(v, str) and len(v) > MAX_STRING]
         if too_long:
             return f"Argument {too_long[0][:40]!r} is longer than {MAX_STRING} characters, more than any tool takes."
-        error = next(iter(sorted(self.validators[name].iter_errors(arguments), key=lambda e: e.path)), None)
+        too_many = [k for k, v in arguments.items() if isinstance(v, list) and len(v) > MAX_ITEMS]
+        if too_many:
+            return f"Argument {too_many[0][:40]!r} has more than {MAX_ITEMS} items, more than any tool takes."
+        try:
+            error = next(iter(sorted(self.validators[name].iter_errors(arguments), key=lambda e: e.path)), None)
+        except RecursionError:
+            return f"Invalid arguments for {name}: a value is nested too deeply; send plain strings and numbers."
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path) or "arguments"

@@ -7,7 +7,7 @@ its `inputSchema` comes from the operation's query parameters (or its JSON reque
 POST-only operation), its `outputSchema` from the 200 JSON response with every `$ref` inlined.
 A call runs the site's own WSGI app in-process with the caller's address, so shapes, errors and
 rate-limit budgets are exactly the HTTP endpoint's. The snapshot tools call `siteapi.lens.vault`
-directly, each under its own small rate policy.
+directly, each under its own small rate policy, and only while site.db exists (the jobs build it).
 """
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ import io
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+from contextlib import closing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlencode
 from wsgiref.util import setup_testing_defaults
@@ -149,6 +151,8 @@ class InProcess:
 def as_query_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():  # JSON Schema's integer 2.0 is the endpoint's "2"
+        return str(int(value))
     if isinstance(value, list):
         return ",".join(as_query_value(v) for v in value)
     return str(value)
@@ -220,13 +224,13 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher=None) -> list[Tool]:
                     return Outcome(error=f"Too many requests: the {policy} budget is {decision.policy.quota} per "
                                          f"{decision.policy.window} seconds per caller; retry in "
                                          f"{max(1, decision.reset)} seconds.")
-            conn = db.writer(settings.db_path)
+            if not Path(settings.db_path).exists():  # a writer would create an empty site.db that hides the outage
+                return Outcome(error="The snapshot storage cannot be reached right now; try again later.")
             try:
-                return Outcome(result=work(conn, arguments, fetcher or fetcher_from_settings(settings)))
+                with closing(db.writer(settings.db_path)) as conn:
+                    return Outcome(result=work(conn, arguments, fetcher or fetcher_from_settings(settings)))
             except ApiError as exc:
                 return Outcome(error=exc.body["error"])
-            finally:
-                conn.close()
         return run
 
     stores = ("Stores one snapshot row per profile in the site's snapshot table (not read-only; "

@@ -2,6 +2,7 @@
 tools derived from the OpenAPI document, shared rate budgets and the snapshot tools."""
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 
@@ -188,6 +189,53 @@ def test_tools_clamp_and_truncate_what_their_endpoints_clamp_and_truncate(api, v
     assert "botViews" not in tools["lens_page"]["inputSchema"]["properties"]  # the page phase runs none
 
 
+@pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25"])
+def test_a_whole_number_written_as_a_float_is_that_number(api, version):
+    """JSON Schema counts 2.0 as an integer, and Python clients send it so; the endpoint must get "2",
+    not "2.0" (a non-number, which fell back to the default), and -1e308 clamps like any large number."""
+    def structured(name, arguments):
+        result = tool_call(api, name, arguments, version=version).json()["result"]
+        assert result["isError"] is False, (name, arguments, result)
+        return result["structuredContent"]
+
+    assert len(structured("photo_query", {"limit": 2.0})["photos"]) == 2
+    assert structured("photo_query", {"limit": 2.0, "offset": 1.0})["photos"] == api.get(
+        "/photos/query.json?limit=2&offset=1").json()["photos"]
+    assert len(structured("photo_query", {"limit": -1e308})["photos"]) == 1
+    assert len(structured("ask", {"query": "how do I tune carburetors", "top_k": 3.0})["results"]) == 3
+    assert structured("search_site", {"q": "the honda", "limit": 1.0})["returned"] == 1
+
+
+def test_argument_arrays_are_capped_before_the_schema_is_checked(api):
+    """uniqueItems on thousands of objects costs jsonschema quadratic time (4,000 took 14 s of a
+    server thread); an array longer than any tool takes is refused before the schema runs."""
+    many = [{"profile": i} for i in range(4000)]
+    for version in ("2025-06-18", "2025-11-25"):
+        response = api.request("POST", "/mcp", json=request("tools/call", {"name": "representation_capture",
+                               "arguments": {"url": "https://example.com/", "profiles": many}}),
+                               headers={"MCP-Protocol-Version": version}, timeout=5)
+        answer = response.json()
+        message = answer["error"]["message"] if version == "2025-06-18" else answer["result"]["content"][0]["text"]
+        assert "more than 64 items" in message and "profiles" in message
+    assert tool_call(api, "search_site", {"q": ["x"] * 65}).json()["error"]["code"] == -32602
+
+
+@pytest.mark.parametrize("name, arguments", [("representation_capture", '{"url": "x", "profiles": %s}'),
+                                             ("search_site", '{"q": %s}')])
+def test_deeply_nested_arguments_are_invalid_params_not_an_internal_error(api, name, arguments):
+    """About 975 levels still parse, and then failed jsonschema's repr of the value (-32603 and a
+    logged traceback per request); no depth that parses may answer anything but -32602."""
+    seen = set()
+    for depth in range(930, 1000):
+        nested = "[" * depth + "]" * depth
+        raw = ('{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "%s", "arguments": %s}}'
+               % (name, arguments % nested))
+        response = call(api, None, {"MCP-Protocol-Version": "2025-06-18"}, raw=raw.encode())
+        seen.add(error_code(response))
+        assert error_code(response) in (-32602, -32700), (depth, response.text[:300])
+    assert -32602 in seen
+
+
 @pytest.mark.parametrize("raw, code, status", [
     ("{not json", -32700, 400),
     ("", -32700, 400),
@@ -309,6 +357,23 @@ def test_modern_errors_map_to_http_statuses(api):
     assert bad_args["isError"] is True and "'q' is a required property" in bad_args["content"][0]["text"]
     batch = call(api, [request("ping")], {"MCP-Protocol-Version": MODERN})
     assert batch.status_code == 400 and error_code(batch) == -32600
+
+
+def test_a_tool_name_in_a_base64_mcp_name_header_is_decoded(api):
+    """Clients send a name that is not plain printable ASCII as =?base64?...?= (the SDK does), so an
+    unknown non-ASCII name is an unknown tool, not a header mismatch."""
+    def encoded(text):
+        return "=?base64?" + base64.b64encode(text.encode()).decode() + "?="
+
+    unknown = modern(api, "tools/call", {"name": "café", "arguments": {}}, headers={"Mcp-Name": encoded("café")})
+    assert unknown.status_code == 400 and error_code(unknown) == -32602
+    assert "Unknown tool 'café'" in unknown.json()["error"]["message"]
+    found = modern(api, "tools/call", {"name": "search_site", "arguments": {"q": "carburetor"}},
+                   headers={"Mcp-Name": encoded("search_site")})
+    assert found.status_code == 200 and found.json()["result"]["isError"] is False
+    for bad in ("=?base64?!!!?=", "=?base64?" + base64.b64encode(b"\xff").decode() + "?=", encoded("resume")):
+        mismatch = modern(api, "tools/call", {"name": "search_site", "arguments": {"q": "x"}}, headers={"Mcp-Name": bad})
+        assert mismatch.status_code == 400 and error_code(mismatch) == -32020
 
 
 def test_a_meta_version_without_headers_is_modern_and_must_carry_them(api):
@@ -433,3 +498,23 @@ def test_mcp_spends_the_shared_read_budget_and_a_tool_call_its_endpoints_too(sit
         assert api.get("/robots.txt").headers["RateLimit"].startswith('"read";r=0;')  # read 5
         over = call(api, request("tools/list"), {"MCP-Protocol-Version": "2025-06-18"})
         assert over.status_code == 429 and over.headers["RateLimit-Policy"] == '"read";q=5;w=60'
+
+
+def test_snapshot_tools_do_not_create_a_missing_site_db(tmp_path, checker):
+    """With site.db missing the snapshot tools say their storage is down; they used to open a writer
+    that created an empty site.db with every table, after which /search.json answered an empty 200
+    instead of its 503."""
+    from conftest import Client, make_settings
+
+    settings = make_settings(tmp_path)
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        api = Client(base, checker)
+        assert api.get("/search.json?q=carburetor").status_code == 503
+        for name, arguments in (("representation_read", {"snapshot_id": 1}), ("representation_compare", {"snapshot_id": 1}),
+                                ("representation_capture", {"url": "http://10.0.0.1/"})):
+            result = tool_call(api, name, arguments).json()["result"]
+            assert result["isError"] is True and "storage cannot be reached" in result["content"][0]["text"], result
+        assert not settings.db_path.exists()
+        assert api.get("/search.json?q=carburetor").status_code == 503
+        down = tool_call(api, "search_site", {"q": "carburetor"}).json()["result"]
+        assert down["isError"] is True and down["content"][0]["text"] == api.get("/search.json?q=x").json()["error"]

@@ -75,17 +75,32 @@ def test_the_sdk_client_lists_and_calls_every_tool(mcp_site, mode, expected_vers
     assert not failed, {n: outcomes[n]["text"] for n in failed}
 
 
-def test_the_sdk_reports_an_unknown_tool_as_an_error(mcp_site):
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize("name", ["no_such_tool", "café", " resume"])
+def test_the_sdk_reports_an_unknown_tool_as_an_error(mcp_site, mode, name):
+    """In 2026-07-28 the SDK sends a name that is not plain ASCII in Mcp-Name as =?base64?...?=."""
     base, _ = mcp_site
 
     async def unknown():
-        async with mcp.Client(base + "/mcp", mode="legacy") as client:
+        async with mcp.Client(base + "/mcp", mode=mode) as client:
             with pytest.raises(mcp.MCPError) as raised:
-                await client.call_tool("no_such_tool", {})
+                await client.call_tool(name, {})
             return raised.value
 
     error = asyncio.run(unknown())
-    assert error.error.code == -32602 and "Unknown tool" in error.error.message
+    assert error.error.code == -32602 and f"Unknown tool {name!r}" in error.error.message
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_the_sdk_can_send_a_whole_number_as_a_float(mcp_site, mode):
+    base, _ = mcp_site
+
+    async def search():
+        async with mcp.Client(base + "/mcp", mode=mode) as client:
+            return await client.call_tool("search_site", {"q": "carburetor", "limit": 2.0})
+
+    result = asyncio.run(search())
+    assert result.is_error is False and result.structured_content["returned"] == 2
 
 
 @pytest.mark.skipif(shutil.which("npx") is None, reason="npx is not installed")
