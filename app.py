@@ -10,7 +10,8 @@ import logging
 import os
 import sqlite3
 import sys
-from contextlib import closing
+from contextlib import closing, nullcontext
+from pathlib import Path
 
 import bottle
 
@@ -127,6 +128,11 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         return ledger.ledger(db.LazyReader(settings.db_path), settings)
 
     # -- the lens ------------------------------------------------------------------------------------
+    def lens_cache():
+        """site.db for the lens's lookup caches, or None until the jobs have built it: a connection
+        would create it empty, and every other endpoint would then fail on its missing tables."""
+        return closing(db.connect(settings.db_path)) if Path(settings.db_path).exists() else nullcontext()
+
     def lens_fetch():
         query = params()
         url, mode, phases = query.get("url"), query.get("mode"), query.get("phases")
@@ -134,11 +140,11 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
             if mode != "cloudflare":
                 raise ApiError(400, "mode accepts only cloudflare (that CDN's agent-readiness level); leave it out "
                                "for the full observation.", code="bad_mode", ok=False, parameter="mode")
-            with closing(db.connect(settings.db_path)) as cache:
+            with lens_cache() as cache:
                 return scan.cloudflare_mode(url, settings, conn=cache, fetcher=fetcher)
         if phases is not None:
             return observe.inspect(url, settings, phases, fetcher=fetcher)
-        with closing(db.connect(settings.db_path)) as cache:  # the per-origin discovery cache
+        with lens_cache() as cache:  # the per-origin discovery cache
             return scan.scan(url, settings, fetcher=fetcher, conn=cache, bot_views=query.get("botViews") != "0")
 
     def lens_compare():

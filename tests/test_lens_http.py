@@ -270,3 +270,16 @@ def test_bot_views_read_two_kilobytes(shop_api):
     api, web = shop_api
     views = full_scan(api, web.url("/big"), bot_views=True)["botViews"]
     assert len(views) == 10 and {v["sampleBytes"] for v in views} == {2048}
+
+
+def test_the_lens_works_before_site_db_exists_and_does_not_create_it(settings, sites, tmp_path, checker):
+    """Its caches are skipped until the jobs build site.db: a connection used to create the file
+    empty, after which /photos/query.json and /ask failed on missing tables instead of a 503."""
+    early = dataclasses.replace(settings, db_path=tmp_path / "site.db")
+    with serve_wsgi(make_app(early, fetcher=site_fetcher(sites)).wsgi) as base:
+        api = Client(base, checker)
+        assert full_scan(api, sites.url("ready.test"))["url"].startswith(sites.url("ready.test"))
+        assert api.get("/lens/fetch", params={"url": sites.url("ready.test"), "mode": "cloudflare"}).status_code == 200
+        assert not early.db_path.exists()
+        storage = api.get("/photos/query.json")
+        assert storage.status_code == 503 and storage.json()["code"] == "storage_unavailable"
