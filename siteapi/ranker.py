@@ -277,9 +277,8 @@ def run_page_vectors(settings) -> str:
     config = RankerSettings.from_settings(settings)
     if load_model(config) is None:
         raise RuntimeError(f"The ask model cannot be loaded from {config.model_path}; /ask ranks lexically until it can.")
-    conn = db.connect(settings.db_path)
+    conn = db.writer(settings.db_path)
     try:
-        db.ensure_schema(conn)
         embedded = refresh_page_vectors(conn, settings)
         total = conn.execute("SELECT count(*) FROM page_vectors").fetchone()[0]
     finally:

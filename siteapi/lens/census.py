@@ -123,10 +123,8 @@ def run_census(settings, fetcher: Fetcher | None = None, dns: DnsClient | None =
     failed = [r for r in rows if r["error"]]
     if len(failed) == len(rows):
         raise RuntimeError(f"census: all {len(rows)} sites failed (first: {failed[0]['host']}: {failed[0]['error']})")
-    conn = db.connect(settings.db_path)
+    conn = db.writer(settings.db_path)
     try:
-        conn.isolation_level = None
-        conn.executescript(SCHEMA)
         with db.transaction(conn):
             for row in rows:
                 if row["error"] and conn.execute(
