@@ -52,6 +52,7 @@ ACCEPT_ENCODING = "gzip, deflate, br, zstd"
 REDIRECT_STATUSES = {301, 302, 303, 307, 308}
 MAX_URL_CHARS = 2048
 MAX_HEADER_VALUE = 4096
+READ_GRACE_S = 1.0
 TIMEOUT_SENTENCE = "The site took too long to answer ({seconds}s timeout)."
 
 
@@ -573,7 +574,10 @@ class Fetcher:
         raise self._failure(last_error, watchdog, target)
 
     def _pool(self, target: Target, address: str, remaining: float):
-        timeout = urllib3.Timeout(connect=remaining, read=remaining)
+        # The socket's own read timeout sits past the deadline, so the watchdog is what ends a slow
+        # body: a read timeout at the same moment won half the races on a busy machine, and
+        # http.client drops the bytes a timed-out read had gathered.
+        timeout = urllib3.Timeout(connect=remaining, read=remaining + READ_GRACE_S)
         if target.scheme == "https":
             pool = urllib3.HTTPSConnectionPool(
                 address, target.port, timeout=timeout, maxsize=1, retries=False, cert_reqs="CERT_REQUIRED",
@@ -589,14 +593,16 @@ class Fetcher:
         raw = bytearray()
         try:
             while len(raw) <= cap:
-                chunk = response.read(min(65536, cap + 1 - len(raw)), decode_content=False)
+                # read1: what has arrived, at once; a read of n bytes waits for all n or the end
+                chunk = response.read1(min(65536, cap + 1 - len(raw)), decode_content=False)
                 if not chunk:
                     break
                 raw += chunk
         except Exception:
-            if watchdog.fired and not keep_partial:
+            if (watchdog.fired or watchdog.remaining() <= 0) and not keep_partial:
                 raise _timed_out(watchdog.budget_s) from None
-            # the connection broke mid-body: keep what arrived and say it is incomplete
+            # the connection broke mid-body, or time ran out on a kept stream: keep what arrived
+            # and say it is incomplete
             return bytes(raw[:cap]), True
         finally:
             response.close()
