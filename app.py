@@ -265,7 +265,7 @@ def serve() -> None:
     except SettingsError as exc:
         sys.exit(f"app: {exc}")
     site = make_app(settings)
-    serving.serve(site.wsgi, port=int(os.environ.get("SITE_PORT", "8000")), ident="siteapi")
+    serving.serve(site.wsgi, port=settings.port, ident="siteapi")
 
 
 if __name__ == "__main__":

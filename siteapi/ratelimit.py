@@ -5,7 +5,7 @@ Headers follow draft-ietf-httpapi-ratelimit-headers: `RateLimit-Policy: "read";q
 `Retry-After` (1..60 s). Counting is a moving window, so exactly q requests pass in any w
 seconds, however many threads race.
 
-One process counts in memory with `MemoryWindows`: a deque of hit times per (policy, caller)
+One process counts in memory with `MemoryWindows`: a list of hit times per (policy, caller)
 under one lock. Measured with wrk on /robots.txt (508 callers, 32 connections): 3,550 requests/s
 against 3,000 with the `limits` library's memory storage (its per-key locks, key building and a
 timer thread that sweeps every key each 10 ms) and 4,100 with no limiting at all. Several
@@ -13,10 +13,10 @@ processes share counts through `limits` with a `redis://` storage URL.
 """
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -39,13 +39,17 @@ class Decision:
 
 
 class MemoryWindows:
-    """Exact moving windows for one process: per key, the times of the hits still inside the window."""
+    """Exact moving windows for one process: per key, the times of the hits still inside the window,
+    oldest first. A list, not a deque: a caller seen once costs ~290 bytes instead of ~960, which
+    is what a flood of distinct addresses fills memory with until the next sweep."""
 
-    PRUNE_EVERY = 4096  # hits between sweeps that drop callers whose window has emptied
+    # Hits between sweeps that drop callers whose window has emptied; never fewer than there are keys,
+    # so a sweep costs a constant share of the hits however many callers there are.
+    PRUNE_EVERY = 4096
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._hits: dict[tuple, deque] = {}
+        self._hits: dict[tuple, list[float]] = {}
         self._since_prune = 0
 
     def hit(self, key: tuple, quota: int, window: int) -> tuple[bool, int, float]:
@@ -54,15 +58,15 @@ class MemoryWindows:
         with self._lock:
             hits = self._hits.get(key)
             if hits is None:
-                hits = self._hits[key] = deque()
-            while hits and hits[0] <= now - window:
-                hits.popleft()
+                hits = self._hits[key] = []
+            elif hits and hits[0] <= now - window:
+                del hits[:bisect.bisect_right(hits, now - window)]
             allowed = len(hits) < quota
             if allowed:
                 hits.append(now)
             reset = hits[0] + window - now
             self._since_prune += 1
-            if self._since_prune >= self.PRUNE_EVERY:
+            if self._since_prune >= max(self.PRUNE_EVERY, len(self._hits)):
                 self._prune(now)
         return allowed, quota - len(hits), reset
 

@@ -9,6 +9,11 @@ ceiling 5,200 -> 8,500 (bench/bench_search.py). On its own it would also hold ba
 event stream until 18 KB had gathered, so a short /ask stream would arrive whole once ranked; the
 task below sends each piece of an unsized (streamed) response at once, and sized responses keep
 the single write. waitress's own error answers are JSON, like the app's.
+
+`max_request_body_size`: waitress's default is 1 GB, which it spools to disk before the app sees a
+byte, though no route reads more than `web.MAX_BODY_BYTES`. A body a little over that still reaches
+the app, which answers it in the route's own terms (a JSON-RPC error on /mcp); a larger one gets
+waitress's 413 as soon as its Content-Length arrives.
 """
 from __future__ import annotations
 
@@ -20,7 +25,9 @@ import waitress.server
 from waitress.channel import HTTPChannel
 from waitress.task import ErrorTask, WSGITask
 
-OPTIONS = dict(host="127.0.0.1", threads=8, send_bytes=18000)
+from siteapi.web import MAX_BODY_BYTES
+
+OPTIONS = dict(host="127.0.0.1", threads=8, send_bytes=18000, max_request_body_size=2 * MAX_BODY_BYTES)
 # Behind the trusted local proxy (Caddy), whose X-Forwarded-For becomes REMOTE_ADDR.
 PROXY_OPTIONS = dict(trusted_proxy="127.0.0.1", trusted_proxy_count=1,
                      trusted_proxy_headers={"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"},

@@ -11,6 +11,7 @@ path that may not exist (the fallback, `/images/...`) is a 404 whatever the meth
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import logging
 import re
@@ -38,7 +39,9 @@ MAX_BODY_BYTES = 1 << 20
 DOCS_PATH = "/developers"
 NOT_FOUND_HINT = "See /sitemap.xml for every page and /openapi.json for every API endpoint."
 _BAD_PATH = re.compile(r"[\x00-\x1f\x7f]|(^|/)\.\.(/|$)")
-EXPOSED = "Link, RateLimit, RateLimit-Policy, Retry-After, x-markdown-tokens, Content-Type"
+# Response headers a cross-origin script may read beyond the CORS-safelisted ones (ETag: server cards and
+# images revalidate by it; Allow: a 405 names the methods).
+EXPOSED = "Link, RateLimit, RateLimit-Policy, Retry-After, ETag, Allow, x-markdown-tokens, Content-Type"
 # The environ key of the response's convention headers (CORS, Link, rate limits, Cache-Control):
 # kept in wire form and appended by Site.wsgi as the response starts, because Bottle's per-header
 # normalising cost a fifth of /search.json's throughput (bench_search.py). Route-specific headers
@@ -132,8 +135,25 @@ def header(name: str, default: str | None = "") -> str | None:
 
 
 def caller() -> str:
-    """The client address as waitress sees it (X-Forwarded-For only from a trusted proxy)."""
-    return bottle.request.environ.get("REMOTE_ADDR") or "0.0.0.0"
+    """Who a rate limit counts: the client address as waitress sees it (X-Forwarded-For only from a
+    trusted proxy), by `_caller_key`."""
+    return _caller_key(bottle.request.environ.get("REMOTE_ADDR") or "0.0.0.0")
+
+
+@functools.lru_cache(maxsize=4096)
+def _caller_key(address: str) -> str:
+    """An address in one spelling, IPv4-mapped IPv6 as IPv4, and IPv6 as its /64: the block one
+    subscriber is given, so stepping through its 2^64 addresses buys no fresh budget. What is not
+    an address (a /64 already, when an MCP tool calls an endpoint for its caller) stays as it is."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if ip.version == 4:
+        return str(ip)
+    if ip.ipv4_mapped:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(ip), 64), strict=False))
 
 
 def body(limit: int = MAX_BODY_BYTES) -> bytes:
@@ -175,16 +195,19 @@ def error_format(path: str, accept: str) -> str:
     answers JSON and a `.md` path (a Markdown twin, a SKILL.md) Markdown, unless HTML is asked for."""
     q = accept_q(accept)
     html_q = max(q.get("text/html", 0.0), q.get("application/xhtml+xml", 0.0))
-    if wants_markdown(accept):
+    json_q = q.get("application/json", 0.0)
+    if wants_markdown(accept) and q["text/markdown"] >= json_q:
         return "markdown"
-    if q.get("application/json", 0.0) > html_q:
+    if json_q > html_q:
         return "json"
     if html_q == 0:
         if path.endswith(".md"):
             return "markdown"
         if path.endswith(".json") or path.startswith(("/api/", "/v1/", "/images/")) or path in ("/api", "/v1"):
             return "json"
-    return "html" if html_q > 0 or not accept.strip() or "*/*" in q else "json"
+    if "text/html" not in q:  # the most specific range that covers it decides (RFC 9110 12.5.1)
+        html_q = max(html_q, q.get("text/*", q.get("*/*", 0.0)))
+    return "html" if html_q > 0 or not accept.strip() else "json"
 
 
 class Site:
@@ -240,7 +263,7 @@ class Site:
     def wsgi(self, environ, start_response):
         """Sanity checks that come before routing, then Bottle."""
         path = environ.get("PATH_INFO", "")
-        if not path.startswith("/") or _BAD_PATH.search(path) or _BAD_PATH.search(environ.get("RAW_URI", "").split("?")[0]):
+        if not path.startswith("/") or _BAD_PATH.search(path):
             return self._early(environ, start_response, 400, "The path does not start with '/' or contains "
                                "'..' segments or control characters; send a plain path such as /search.json.", "bad_path")
         try:  # WSGI hands the decoded path over as Latin-1; Bottle would drop bytes that are not UTF-8

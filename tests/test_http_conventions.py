@@ -5,6 +5,7 @@ import json
 
 import html5lib
 import pytest
+import requests
 
 
 def test_unknown_json_path_is_a_json_404_with_suggestions(api):
@@ -94,6 +95,48 @@ def test_a_404_comes_in_a_format_openapi_documents_for_its_path(api, checker, pa
     assert "x-markdown-tokens" in documented["headers"]
 
 
+@pytest.mark.parametrize("path, accept, media", [
+    ("/writting/carb", "text/*", "text/html"),  # HTML is a text/*
+    ("/writting/carb", "text/html;q=0, */*", "application/json"),  # refused by name: no wildcard brings it back
+    ("/writting/carb", "application/xhtml+xml;q=0, text/html;q=0, */*;q=0.5", "application/json"),
+    ("/writting/carb", "*/*;q=0", "application/json"),
+    ("/writting/carb", "text/*;q=0, */*", "application/json"),
+    ("/writting/carb", "application/xhtml+xml;q=0, */*", "text/html"),
+    ("/writting/carb", "application/json, text/markdown;q=0.5", "application/json"),  # JSON is preferred
+    ("/serch.json", "application/json;q=0.4, text/markdown;q=0.6", "text/markdown"),
+    ("/writting/carb", "text/markdown;q=0, */*", "text/html"),
+])
+def test_a_404_follows_q_values_and_wildcards(api, path, accept, media):
+    r = api.get(path, headers={"Accept": accept})
+    assert r.status_code == 404 and r.headers["Content-Type"].split(";")[0] == media
+
+
+def test_every_route_answers_preflight_head_and_unserved_methods(live, site_settings):
+    """OPTIONS is a CORS preflight wherever the route serves it (the methods it lists are the ones it
+    answers), HEAD carries GET's status without a body, and any other method is a 405 naming them."""
+    from app import make_app
+
+    session = requests.Session()
+    for rule, allowed, _ in make_app(site_settings).routes:  # the routes `live` serves
+        if "<" in rule:
+            continue
+        preflight = session.options(live + rule, headers={"Origin": "https://example.org",
+                                                          "Access-Control-Request-Method": "GET",
+                                                          "Access-Control-Request-Headers": "api-version"}, timeout=30)
+        if "OPTIONS" in allowed:
+            assert preflight.status_code == 204, rule
+            assert preflight.headers["Access-Control-Allow-Methods"].split(", ") == list(allowed), rule
+            assert preflight.headers["Access-Control-Allow-Headers"] == "*"
+        else:
+            assert preflight.status_code == 405 and preflight.headers["Allow"].split(", ") == list(allowed), rule
+        assert preflight.headers["Access-Control-Allow-Origin"] == "*", rule
+        put = session.put(live + rule, timeout=30)
+        assert put.status_code == 405 and put.json()["allow"] == list(allowed) == put.headers["Allow"].split(", ")
+        if "HEAD" in allowed:
+            head, get = session.head(live + rule, timeout=30), session.get(live + rule, timeout=30)
+            assert (head.status_code, head.content) == (get.status_code, b""), rule
+
+
 @pytest.mark.parametrize("method", ["OPTIONS", "POST", "DELETE"])
 def test_a_path_that_names_nothing_is_404_whatever_the_method(api, method):
     for path in ("/no-such-page", "/api/v9/anything", "/images/nope.jpg", "/.well-known/agent-skills/nope/SKILL.md"):
@@ -138,6 +181,14 @@ def test_options_is_a_cors_preflight(api):
     assert r.status_code == 204
     assert r.headers["Access-Control-Allow-Origin"] == "*"
     assert "GET" in r.headers["Access-Control-Allow-Methods"]
+
+
+def test_a_cross_origin_script_can_read_the_headers_it_is_sent(api):
+    card = api.get("/mcp/server-card", headers={"Origin": "https://scanner.example"})
+    refused = api.request("DELETE", "/search.json", headers={"Origin": "https://scanner.example"})
+    for r, name in ((card, "ETag"), (refused, "Allow"), (card, "RateLimit"), (refused, "Link")):
+        assert name in r.headers and name in r.headers["Access-Control-Expose-Headers"].split(", "), name
+    assert api.get("/mcp/server-card", headers={"If-None-Match": card.headers["ETag"]}).status_code == 304
 
 
 def test_every_200_has_policy_link_cors_and_cache(api):

@@ -2,10 +2,12 @@
 second caller unaffected. Callers are told apart by X-Forwarded-For from the trusted proxy."""
 import dataclasses
 import os
+import re
 import shutil
 import socket
 import subprocess
 import time
+import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -40,6 +42,70 @@ def test_quota_is_exact_under_concurrency(site_settings, checker):
 
         other = requests.get(base + "/search.json?q=garage", headers={"X-Forwarded-For": "198.51.100.9"}, timeout=30)
         assert other.status_code == 200 and other.headers["RateLimit"].startswith('"read";r=24;')
+
+
+# RFC 9651 for the fields' members: an sf-string, then parameters whose values are sf-integers.
+SF_MEMBER = re.compile(r'"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*"(;[a-z*][a-z0-9_.*-]*=-?[0-9]{1,15})*')
+
+
+def test_headers_at_the_window_boundary_are_structured_fields(site_settings):
+    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 3, 60)})
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        answers = [requests.get(base + "/robots.txt", headers={"X-Forwarded-For": "203.0.113.50"}, timeout=30)
+                   for _ in range(4)]
+    assert [r.status_code for r in answers] == [200, 200, 200, 429]
+    for n, r in enumerate(answers):
+        assert SF_MEMBER.fullmatch(r.headers["RateLimit-Policy"]) and SF_MEMBER.fullmatch(r.headers["RateLimit"])
+        params = dict(p.split("=") for p in r.headers["RateLimit"].split(";")[1:])
+        assert int(params["r"]) == max(0, 2 - n) and 1 <= int(params["t"]) <= 60  # the third request leaves r=0
+    assert answers[3].headers["Retry-After"] == params["t"] and answers[3].json()["retry_after"] == int(params["t"])
+
+
+def test_callers_are_addresses_in_one_spelling_and_ipv6_by_its_64(site_settings):
+    """Caddy's X-Forwarded-For names the client; the hops a client wrote before it are not the caller.
+    An IPv6 subscriber holds a whole /64, so stepping through it must not buy a fresh budget."""
+    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 2, 60)})
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        def codes(*forwarded_for):
+            return [requests.get(base + "/robots.txt", headers={"X-Forwarded-For": xff}, timeout=30).status_code
+                    for xff in forwarded_for]
+
+        assert codes("2001:db8:7:1::1", "2001:DB8:7:1:ffff:0:0:9", "2001:db8:7:1:abcd::2") == [200, 200, 429]
+        assert codes("2001:db8:7:2::1") == [200]  # the next /64 is another subscriber
+        assert codes("[::ffff:203.0.113.60]", "203.0.113.60", "203.0.113.60") == [200, 200, 429]  # IPv4-mapped
+        assert codes("192.0.2.1, 203.0.113.61", "192.0.2.2, 203.0.113.61", "192.0.2.3, 203.0.113.61") == [200, 200, 429]
+
+
+def test_an_ipv6_caller_spends_one_budget_over_http_and_mcp(site_settings):
+    """An MCP tool runs its endpoint for the caller it was called by: the /64 must stay that caller."""
+    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 4, 60)})
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "search_site", "arguments": {"q": "garage"}}}
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        tool = requests.post(base + "/mcp", json=call, timeout=30, headers={
+            "X-Forwarded-For": "2001:db8:9:1::1", "MCP-Protocol-Version": "2025-06-18",
+            "Accept": "application/json, text/event-stream"})
+        assert tool.json()["result"]["isError"] is False  # two units: the POST and the search it ran
+        codes = [requests.get(base + "/search.json?q=garage", headers={"X-Forwarded-For": xff}, timeout=30).status_code
+                 for xff in ("2001:db8:9:1::2", "2001:db8:9:1::3", "2001:db8:9:1::4")]
+    assert codes == [200, 200, 429]
+
+
+def test_a_caller_seen_once_costs_a_few_hundred_bytes():
+    """A flood of distinct addresses fills the counters until the next sweep; each must stay small."""
+    from siteapi import ratelimit
+
+    windows = ratelimit.MemoryWindows()
+    callers = 20_000
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(callers):
+            windows.hit(("read", f"10.{n >> 16}.{(n >> 8) & 255}.{n & 255}", 60), 120, 60)
+        per_caller = (tracemalloc.get_traced_memory()[0] - before) / callers
+    finally:
+        tracemalloc.stop()
+    assert len(windows._hits) == callers and per_caller < 500, per_caller
 
 
 def test_untrusted_forwarded_for_is_ignored(site_settings):

@@ -87,6 +87,9 @@ def test_a_sized_response_is_whole_and_carries_its_length():
     # exactly waitress's 256 KiB header limit, so it has read every byte when it answers (no reset)
     (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (262_144 - 36) + b"\r\n\r\n", 431, "headers_too_large"),
     (b"POST /ask HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, "not_implemented"),
+    # refused on its Content-Length alone: no route reads that much, so nothing is spooled first
+    (b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 3000000\r\n\r\n",
+     413, "body_too_large"),
 ])
 def test_requests_waitress_refuses_get_a_json_error(live, checker, request_bytes, status, code):
     host, port = live.removeprefix("http://").split(":")

@@ -43,3 +43,81 @@ def test_bad_setting_stops_the_app_with_one_sentence():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert out.stderr.strip().splitlines()[-1].startswith("app: Setting SITE_RATE_READ_Q must be a whole number")
+
+
+def site_toml(tmp_path, old: str = "", new: str = ""):
+    """The project's site.toml with `old` replaced by `new`, written to `tmp_path`."""
+    text = (ROOT / "site.toml").read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / "site.toml"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return path
+
+
+def test_keys_the_file_leaves_out_are_still_overridable(tmp_path, monkeypatch):
+    path = site_toml(tmp_path, 'content_dir = "content"\n')
+    path.write_text(path.read_text().split("\n[rate]\n")[0] + "\n", encoding="utf-8")  # no [rate] table at all
+    monkeypatch.setenv("SITE_CONTENT_DIR", "/srv/content")
+    monkeypatch.setenv("SITE_RATE_READ_Q", "7")
+    monkeypatch.setenv("SITE_RATE_STORAGE", "memory://")
+    settings = load_settings(path)
+    assert str(settings.content_dir) == "/srv/content" and settings.rates["read"].quota == 7
+    assert settings.rates["inspect"].quota == 30 and settings.rate_storage == "memory://"
+    monkeypatch.setenv("SITE_PORT", "8123")
+    assert load_settings(path).port == 8123 and load_settings(ROOT / "site.toml").port == 8123
+
+
+@pytest.mark.parametrize("old, new, key", [
+    ("originals_public = true", 'originals_public = "false"', "originals_public"),  # a string is not a switch
+    ("originals_public = true", "original_public = false", "original_public"),  # a misspelt key is not ignored
+    ('site_name = "aadhar.sh"', "site_name = 5", "site_name"),
+    ('access_log = "var/access.log"', 'access_log = ["var/access.log"]', "access_log"),
+    ('public_base_url = "https://aadhar.sh"', 'public_base_url = "https://aadhar.sh:99999"', "public_base_url"),
+    ('public_base_url = "https://aadhar.sh"', 'public_base_url = "https://aadhar.sh/?from=toml"', "public_base_url"),
+    ('public_base_url = "https://aadhar.sh"', 'public_base_url = "https://aadhar .sh"', "public_base_url"),
+    ('site_host = "aadhar.sh"', 'site_host = "aadhar sh"', "site_host"),
+    ('content_dir = "content"', 'content_dir = "con\\u0000tent"', "content_dir"),
+    ("[rate]\n", "rate = 5\n[rate_]\n", "rate"),
+    ('storage = "memory://"', 'storage = "memcache://127.0.0.1"', "SITE_RATE_STORAGE"),
+    ('storage = "memory://"', "storage = 6379", "SITE_RATE_STORAGE"),
+    ("read_w = 60", "read_ww = 60", "read_ww"),  # nothing reads it
+    ("[rate]\n", "[rate]\nfetch_w = 30\n", "fetch_w"),  # a window without its quota
+    ("[rate]\n", '[rate]\n"my \\"policy_q" = 3\n', "policy_q"),  # not a Structured Field string in the header
+    ("read_q = 120", "read_q = 10_000_000_000_000_000", "SITE_RATE_READ_Q"),  # past a Structured Field Integer
+    ("read_q = 120", "read_q = 1.5", "SITE_RATE_READ_Q"),
+])
+def test_bad_value_in_the_file_names_the_key(tmp_path, old, new, key):
+    with pytest.raises(SettingsError) as err:
+        load_settings(site_toml(tmp_path, old, new))
+    assert key in str(err.value)
+
+
+@pytest.mark.parametrize("env, key", [
+    ({"SITE_RATE_STORAGE": "bogus://x"}, "SITE_RATE_STORAGE"),
+    ({"SITE_RATE_READ_W": "99999999999999999999"}, "SITE_RATE_READ_W"),
+    ({"SITE_LENS_RATES": "Claude,GPT"}, "SITE_LENS_RATES"),  # a list of tables has no comma form
+    ({"SITE_PUBLIC_BASE_URL": "https://aadhar.sh#top"}, "public_base_url"),
+    ({"SITE_PORT": "http"}, "SITE_PORT"),
+    ({"SITE_PORT": "99999"}, "SITE_PORT"),  # a socket would take it as 34463
+])
+def test_bad_override_names_the_key(monkeypatch, env, key):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as err:
+        load_settings(ROOT / "site.toml")
+    assert key in str(err.value)
+
+
+def test_an_unreadable_settings_file_is_one_sentence(tmp_path):
+    (tmp_path / "latin1.toml").write_bytes('site_name = "caf\xe9"\n'.encode("latin-1"))
+    for path in (tmp_path, tmp_path / "latin1.toml"):
+        with pytest.raises(SettingsError) as err:
+            load_settings(path)
+        assert str(path) in str(err.value)
+
+
+def test_a_storage_the_limiter_cannot_use_stops_the_app_with_one_sentence():
+    out = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env={"SITE_RATE_STORAGE": "memcache://x", "PATH": "/usr/bin"},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("app: Setting [rate] storage (SITE_RATE_STORAGE) must be")
