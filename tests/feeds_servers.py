@@ -63,6 +63,7 @@ class LoopbackServer:
         self.requests: list = []
         self.fault: str | None = None
         self.dripped = 0
+        self.closed = threading.Event()
         self.httpd = QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -99,6 +100,7 @@ class LoopbackServer:
         return True
 
     def close(self):
+        self.closed.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -281,8 +283,8 @@ class FirmServer(LoopbackServer):
         path = urlsplit(handler.path).path
         if path == "/robots.txt":
             return self.send(handler, self.robots_status, self.robots, "text/plain")
-        if self.fault == "slow":
-            time.sleep(1.5)
+        if self.fault == "slow":  # longer than the crawl's time limit in the tests, until the server closes
+            self.closed.wait(10)
         if self.fault == "huge":
             return self.send(handler, 200, "<html><title>Huge</title>" + "a" * 400_000, "text/html")
         if path in ("/", "/home"):

@@ -25,9 +25,10 @@ from tests.feeds_servers import FirmServer, make_settings
 
 def loopback_fetcher(settings) -> Fetcher:
     """The production crawl path through the lens's safe fetcher and the site's signer, with only the
-    roster's loopback ports allowed and the time limit shortened so slow-server tests stay fast."""
+    roster's loopback ports allowed and the time limit shortened so slow-server tests stay fast (yet
+    long enough that a busy machine never fails a firm that answers; a slow firm takes longer still)."""
     ports = frozenset(("127.0.0.1", urlsplit(firm["url"]).port) for firm in roster(settings))
-    return Fetcher(policy=AddressPolicy(allow=ports), resolve=lambda host, t: ["127.0.0.1"], timeout_s=0.5,
+    return Fetcher(policy=AddressPolicy(allow=ports), resolve=lambda host, t: ["127.0.0.1"], timeout_s=3.0,
                    signer=signer_for(settings))
 
 

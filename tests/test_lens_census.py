@@ -6,6 +6,7 @@ import dataclasses
 import json
 import sqlite3
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -58,12 +59,20 @@ def backdate(settings, ymd: str, score_change: int = 0) -> None:
     conn.close()
 
 
+def one_utc_day_ahead(seconds: float) -> None:
+    """Return once the UTC date will stay the same for `seconds`, waiting past midnight if it would not."""
+    left = 86400 - time.time() % 86400
+    if left < seconds:
+        time.sleep(left + 1)
+
+
 def test_one_row_per_site_and_day(sites, dns_server, tmp_path):
     """A later run the same day replaces that day's rows; a site failing then keeps the day's good values."""
     roster = [sites.url("ready.test"), {"host": "blog", "url": sites.url("blog.test")}, sites.url("nowhere.test")]
     settings = settings_for(tmp_path, roster)
     census.run_census(settings, fetcher=site_fetcher(sites), dns=dns_server.client())
     backdate(settings, "2026-01-05", score_change=-7)
+    one_utc_day_ahead(60)  # the three runs below stamp rows with today's date: all on the same day
     for _ in range(2):
         census.run_census(settings, fetcher=site_fetcher(sites), dns=dns_server.client())
     down = settings_for(tmp_path, [sites.url("ready.test"), {"host": "blog", "url": sites.url("nowhere.test")}])

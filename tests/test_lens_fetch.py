@@ -142,6 +142,9 @@ def test_unresolvable_name_is_a_failure():
 
 @pytest.fixture(scope="module")
 def web():
+    # The compression bombs take about a second of CPU to build (more on a busy machine): built here,
+    # not by the first /bomb/ request inside a fetch whose 2 s deadline they would eat into.
+    lens_web.bomb("gzip")
     server, thread = lens_web.start()
     yield server
     lens_web.stop(server, thread)

@@ -60,20 +60,28 @@ def test_fts_syntax_in_q_is_literal(api, q):
 
 
 def test_versioned_cache_empties_after_another_connection_commits(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
     from siteapi import db
 
-    writer = db.writer(tmp_path / "site.db")
-    reader = db.connect(tmp_path / "site.db", readonly=True)
-    cache = db.versioned_cache(reader, recheck_s=0)
-    cache["k"] = "v"
-    assert db.versioned_cache(reader, recheck_s=0) == {"k": "v"}  # nothing committed since
-    with db.transaction(writer):
-        writer.execute("INSERT INTO job_runs(name, started) VALUES ('x', 'now')")
-    assert db.versioned_cache(reader, recheck_s=60) == {"k": "v"}  # inside the recheck window
-    assert db.versioned_cache(reader, recheck_s=0) == {}           # rechecked: the commit is seen
-    full = db.versioned_cache(reader, limit=3, recheck_s=60)
-    full.update(a=1, b=2, c=3)
-    assert db.versioned_cache(reader, limit=3, recheck_s=60) == {}  # a full cache starts over
+    def check():
+        writer = db.writer(tmp_path / "site.db")
+        reader = db.connect(tmp_path / "site.db", readonly=True)
+        cache = db.versioned_cache(reader, recheck_s=0)
+        cache["k"] = "v"
+        assert db.versioned_cache(reader, recheck_s=0) == {"k": "v"}  # nothing committed since
+        with db.transaction(writer):
+            writer.execute("INSERT INTO job_runs(name, started) VALUES ('x', 'now')")
+        assert db.versioned_cache(reader, recheck_s=60) == {"k": "v"}  # inside the recheck window
+        assert db.versioned_cache(reader, recheck_s=0) == {}           # rechecked: the commit is seen
+        full = db.versioned_cache(reader, limit=3, recheck_s=60)
+        full.update(a=1, b=2, c=3)
+        assert db.versioned_cache(reader, limit=3, recheck_s=60) == {}  # a full cache starts over
+
+    # In a thread of its own: the cache is per thread, and the test thread may hold one left by an
+    # earlier test whose closed connection had the same id() as `reader` (and the same data_version).
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(check).result()
 
 
 @pytest.fixture(scope="module")

@@ -39,9 +39,18 @@ needs_caddy = pytest.mark.skipif(CADDY is None and not os.environ.get("CI"), rea
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` loopback ports free now and distinct from each other: the sockets are held together
+    while the kernel picks, since ports picked one after another can repeat (each is free again once
+    its probe socket closes)."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 def wait_for(url: str, timeout: float = 60) -> requests.Response:
@@ -69,7 +78,7 @@ def test_caddyfile_validates():
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("stack")
-    ports = {"SITE_PORT": free_port(), "DATASETTE_PORT": free_port(), "CADDY_PORT": free_port()}
+    ports = dict(zip(("SITE_PORT", "DATASETTE_PORT", "CADDY_PORT"), free_ports(3)))
     # The project's settings, with the census and the venture-firm crawl pointed at names that never
     # resolve (RFC 2606 .invalid): the scheduler runs both at start and they must not reach the internet.
     (tmp / "site.toml").write_text(re.sub(r"(?ms)^around_roster = \[.*?^\]", 'around_roster = [{ name = "Nowhere", '
@@ -80,7 +89,10 @@ def stack(tmp_path_factory):
            "SITE_DB_PATH": str(tmp / "site.db"), "SITE_ACCESS_LOG": str(tmp / "access.log"),
            "SITE_PHOTOS_DIR": str(tmp / "originals"), "SITE_IMAGES_DIR": str(tmp / "images"),
            "CADDY_ADMIN": "off", "XDG_DATA_HOME": str(tmp / "xdg-data"), "XDG_CONFIG_HOME": str(tmp / "xdg-config"),
-           "HOME": str(tmp)}
+           "HOME": str(tmp),
+           # The /ask embedding deadline out of reach: on a busy machine a stall past its 250 ms would
+           # turn the model's answer test_ask_through_caddy expects into a lexical one.
+           "SITE_ASK_DEADLINE_MS": "60000"}
     (tmp / "images").mkdir()
     (tmp / "images" / "probe.jpg").write_text("static file\n")
     (tmp / "images" / "caption.txt").write_text("not an image\n")
@@ -388,9 +400,9 @@ class SlowStreams:
 @contextlib.contextmanager
 def caddy_in_front(app_port: int, tmp, **extra_env: str):
     """The project's Caddyfile on a loopback port of its own, proxying to `app_port`."""
-    port = free_port()
+    port, datasette_port = [p for p in free_ports(3) if p != app_port][:2]  # not the app's, which may be free
     env = {**os.environ, "SITE_ADDRESS": f":{port}", "CADDY_BIND": "127.0.0.1", "CADDY_ADMIN": "off",
-           "SITE_PORT": str(app_port), "DATASETTE_PORT": str(free_port()), "SITE_ACCESS_LOG": str(tmp / "access.log"),
+           "SITE_PORT": str(app_port), "DATASETTE_PORT": str(datasette_port), "SITE_ACCESS_LOG": str(tmp / "access.log"),
            "SITE_IMAGES_DIR": str(tmp), "XDG_DATA_HOME": str(tmp / "xdg-data"),
            "XDG_CONFIG_HOME": str(tmp / "xdg-config"), "HOME": str(tmp), **extra_env}
     with running([CADDY, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"],
@@ -456,8 +468,10 @@ def test_ledger_follows_the_real_caddy_log_rolls(tmp_path):
             time.sleep(0.1)
 
     def compressed_rolls(count: int) -> list:
+        # The roller writes the .gz in place and deletes the plain copy once it is whole: wait for both,
+        # so that the job does not see a file vanish between listing and opening it.
         deadline = time.monotonic() + 15
-        while len(rolled := sorted(tmp_path.glob("access-*.log.gz"))) < count:
+        while len(rolled := sorted(tmp_path.glob("access-*.log.gz"))) < count or list(tmp_path.glob("access-*.log")):
             assert time.monotonic() < deadline, f"caddy rolled {sorted(p.name for p in tmp_path.iterdir())}"
             time.sleep(0.1)
         return rolled
