@@ -15,7 +15,7 @@ import pytest
 from siteapi import db
 from siteapi.feeds import FeedError
 from siteapi.feeds.crawlers import CRAWLERS, counts_in_ledger, match_user_agent
-from siteapi.feeds.ledger import ledger, run_ledger
+from siteapi.feeds.ledger import _open, ledger, rolled_files, run_ledger
 from siteapi.web import ApiError
 from tests.feeds_servers import USER_AGENTS as UA, make_settings
 
@@ -126,6 +126,24 @@ def test_rolls_lose_and_double_count_nothing(tmp_path, log):
     assert hits(settings)["gptbot"] == 9
     assert "read 0 log lines" in run_ledger(settings)
     assert hits(settings)["gptbot"] == 9
+
+
+def test_a_rolled_copy_compressed_after_it_was_listed_is_read_from_its_gz(tmp_path, log):
+    """Caddy's roller can gzip a rolled copy and delete the plain one between the job listing the
+    folder and opening the file; the job then reads the .gz, which holds the same lines."""
+    append(log, *(caddy_line(f"/a{i}", UA["gptbot"]) for i in range(3)))
+    roll(log, "2026-11-20T01-00-00.000")
+    listed = rolled_files(log)
+    plain = listed[0]
+    assert plain.suffix == ".log"
+    with open(plain, "rb") as source, gzip.open(plain.with_name(plain.name + ".gz"), "wb") as target:
+        shutil.copyfileobj(source, target)
+    expected = plain.read_bytes()
+    plain.unlink()
+    with _open(listed[0]) as f:
+        assert f.read() == expected
+    with pytest.raises(FileNotFoundError):
+        _open(tmp_path / "never-rolled.log")
 
 
 @pytest.mark.parametrize("first_read", ["", caddy_line("/p", UA["gptbot"])[:50]], ids=["empty", "half-a-line"])

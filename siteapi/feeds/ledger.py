@@ -56,7 +56,17 @@ NOTE = ("Every identified AI-crawler page view of the last 30 days, priced at on
 
 
 def _open(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    """The file; a plain rolled copy that Caddy's roller has compressed since it was listed is read
+    from its .gz, which holds the same lines (the roller deletes the plain copy once that is whole)."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        gzipped = path.with_name(path.name + ".gz")
+        if not gzipped.exists():
+            raise
+        return gzip.open(gzipped, "rb")
 
 
 def _fingerprint(path: Path, length: int) -> str | None:
