@@ -11,7 +11,6 @@ import os
 import sqlite3
 import sys
 from contextlib import closing, nullcontext
-from pathlib import Path
 
 import bottle
 
@@ -88,6 +87,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         # without private metadata, never from photos_dir. Normalised as static_file will, so that
         # /images/./full/ is no way around originals_public.
         original = os.path.normpath(path.strip("/\\")).startswith("full/")
+        cache = photos.ORIGINAL_CACHE if original else None  # None: the route's THUMBNAIL_CACHE
         if original and not settings.originals_public:
             raise ApiError(404, "Originals are not published on this site.", code="not_found")
         missing = ApiError(404, f"There is no image at /images/{path[:pages.SUGGEST_CHARS]}.", code="not_found")
@@ -105,11 +105,11 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                            "them or send no Range.", code="range_not_satisfiable",
                            headers={"Content-Range": f"bytes */{stat.st_size}"})
         if etag_matches(etag):
-            return Reply(b"", status=304, headers={"ETag": etag}, cache=photos.ORIGINAL_CACHE if original else None)
+            return Reply(b"", status=304, headers={"ETag": etag}, cache=cache)
         kept = ("Content-Length", "Last-Modified", "Accept-Ranges", "Content-Range")
         return Reply(found.body, status=found.status_code, content_type=found.content_type,
                      headers={"ETag": etag, **{k: v for k, v in found.headers.items() if k in kept}},
-                     cache=photos.ORIGINAL_CACHE if original else None)
+                     cache=cache)
 
     # -- live feeds (stored by jobs.py, served from site.db) ----------------------------------------
     def now_playing():
@@ -131,7 +131,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     def lens_cache():
         """site.db for the lens's lookup caches, or None until the jobs have built it: a connection
         would create it empty, and every other endpoint would then fail on its missing tables."""
-        return closing(db.connect(settings.db_path)) if Path(settings.db_path).exists() else nullcontext()
+        return closing(db.connect(settings.db_path)) if settings.db_path.exists() else nullcontext()
 
     def lens_fetch():
         query = params()

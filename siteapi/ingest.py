@@ -13,8 +13,9 @@ embeds captions with the /ask model (when it can be loaded) for matching by mean
 everything in one short transaction; the public copies (`images_dir/full/<file name>`, only while
 originals_public is true) are staged before it and renamed into place after it, and any copy of a
 photo no longer published is removed. A removed photo's thumbnails go with it; a replaced photo's
-old ones stay SUPERSEDED_GRACE_S, for the cached replies that still name them. A folder with no JPEG left while the archive has photos (a
-drive not mounted) is refused rather than emptying the archive, unless it holds EMPTY_MARKER.
+old ones stay SUPERSEDED_GRACE_S, for the cached replies that still name them. A folder with no
+JPEG left while the archive has photos (a drive not mounted) is refused rather than emptying the
+archive, unless it holds EMPTY_MARKER.
 Nothing outside the allowlist (GPS, serial numbers, owner names) is ever copied.
 """
 from __future__ import annotations

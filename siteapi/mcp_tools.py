@@ -18,7 +18,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from contextlib import closing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlencode
 from wsgiref.util import setup_testing_defaults
@@ -224,7 +223,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher=None) -> list[Tool]:
                     return Outcome(error=f"Too many requests: the {policy} budget is {decision.policy.quota} per "
                                          f"{decision.policy.window} seconds per caller; retry in "
                                          f"{max(1, decision.reset)} seconds.")
-            if not Path(settings.db_path).exists():  # a writer would create an empty site.db that hides the outage
+            if not settings.db_path.exists():  # a writer would create an empty site.db that hides the outage
                 return Outcome(error="The snapshot storage cannot be reached right now; try again later.")
             try:
                 with closing(db.writer(settings.db_path)) as conn:

@@ -5,8 +5,9 @@ declared sitemap, DNS-AID and ECH lookups, the markdown check and 10 bot views) 
 thread pool under ONE deadline and one subrequest cap; what did not finish in time is reported
 as not answered (`unknown`), never waited for. What the probes find joins what the page shows
 (`ai.llmsTxtPresent` counts /llms.txt). The origin's discovery result is cached in site.db for
-`discovery_cache_hours`, and an hourly job deletes what is older. Also here: `summary` (LensSummary), `compare` (LensComparison) and
-`cloudflare_mode` (a CDN's agent-readiness level read from its scanner over MCP).
+`discovery_cache_hours`, and an hourly job deletes what is older. Also here: `summary`
+(LensSummary), `compare` (LensComparison) and `cloudflare_mode` (a CDN's agent-readiness level read
+from its scanner over MCP).
 """
 from __future__ import annotations
 
