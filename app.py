@@ -10,6 +10,7 @@ import logging
 import os
 import sqlite3
 import sys
+import time
 from contextlib import closing, nullcontext
 
 import bottle
@@ -93,7 +94,10 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         missing = ApiError(404, f"There is no image at /images/{path[:pages.SUGGEST_CHARS]}.", code="not_found")
         if not path.lower().endswith(photos.IMAGE_SUFFIXES):  # image types only, as at the edge
             raise missing
-        if header("If-None-Match"):  # RFC 9110: it overrides If-Modified-Since, which static_file reads
+        # static_file reads If-Modified-Since; RFC 9110 has If-None-Match override it, and a date later
+        # than now is invalid (a client clock ahead must not be told its stale copy is current).
+        since = bottle.parse_date(header("If-Modified-Since") or "")
+        if header("If-None-Match") or (since and since > time.time()):
             bottle.request.environ.pop("HTTP_IF_MODIFIED_SINCE", None)
         found = bottle.static_file(path, root=str(settings.images_dir), etag=False)  # Bottle's own ETag is unquoted
         if found.status_code >= 400 and found.status_code != 416:

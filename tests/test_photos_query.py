@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import email.utils
 import http.client
 import io
 import json
 import shutil
+import time
 from urllib.parse import unquote
 
 import exiv2
@@ -365,6 +367,10 @@ def test_the_app_serves_images_as_the_edge_does(env):
         assert not_modified.status_code == 304 and not_modified.headers["Cache-Control"] == photos.ORIGINAL_CACHE, sent
     changed = client.get(full, headers={"If-None-Match": '"other"', "If-Modified-Since": first.headers["Last-Modified"]})
     assert changed.status_code == 200  # If-None-Match decides when both are sent
+    same = client.get(full, headers={"If-Modified-Since": first.headers["Last-Modified"]})
+    assert same.status_code == 304
+    ahead = client.get(full, headers={"If-Modified-Since": email.utils.formatdate(time.time() + 86400, usegmt=True)})
+    assert ahead.status_code == 200 and ahead.content == first.content  # a date after now is invalid: ignored
     part = client.get(full, headers={"Range": "bytes=0-9"})
     assert part.status_code == 206 and len(part.content) == 10 and part.content == first.content[:10]
     past = client.get(full, headers={"Range": "bytes=999999999-", "Accept": "application/json"})
