@@ -73,6 +73,11 @@ def test_content_signals_keep_their_group():
     found = terms.content_signals(txt)
     assert found[0]["agents"] == ["*"] and found[0]["parsed"] == {"search": "yes", "ai-train": "no"}
     assert found[1]["agents"] == ["GPTBot", "CCBot"] and found[1]["parsed"] == {"ai-input": "no"}
+    # the user-agent spellings Google's parser forgives start a group here too, as they do for verdicts
+    forgiven = terms.content_signals("User agent: GPTBot\nUseragent: CCBot\nContent-Signal: ai-train=no\n")
+    assert forgiven[0]["agents"] == ["GPTBot", "CCBot"]
+    gptbot = next(r for r in terms.scoreboard("User agent: GPTBot\nDisallow: /\n", "present", URL) if r["ua"] == "GPTBot")
+    assert gptbot["verdict"] == "block" and gptbot["matchedUa"] == "GPTBot"
 
 
 def test_spectrum_takes_the_strongest_tier():

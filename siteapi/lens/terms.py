@@ -22,7 +22,6 @@ from ..feeds.crawlers import CRAWLERS
 
 BLOCKING_STATUSES = (401, 403, 406, 429, 451)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_FIELD = re.compile(r"^\s*([A-Za-z-]+)\s*:\s*(.*?)\s*(?:#.*)?$")
 # Google's parser reads keys by prefix and forgives the common typos of these two
 _ROBOTS_LINE = re.compile(r"^\s*([A-Za-z][A-Za-z _-]*?)\s*:\s*(.*?)\s*(?:#.*)?$")
 _USER_AGENT_KEYS = ("user-agent", "useragent", "user agent")
@@ -135,11 +134,11 @@ def content_signals(robots_text: str | None) -> list[dict]:
     """Every Content-Signal line with the user agents of the group it sits in."""
     out, agents, in_agents = [], ["*"], False
     for line in _LINE_BREAK.split(robots_text or ""):
-        match = _FIELD.match(line)
+        match = _ROBOTS_LINE.match(line)
         if not match:
             continue
         key, value = match.group(1).lower(), match.group(2)
-        if key in ("user-agent", "useragent"):
+        if key.startswith(_USER_AGENT_KEYS):
             agents = (agents if in_agents else []) + [value]
             in_agents = True
             continue
