@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 import sqlite3
 import uuid
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ log = logging.getLogger(__name__)
 VERSION = "0.55"
 MAX_BODY = 64 * 1024
 MAX_PREV = 10
+MAX_QUERY_ID = 128  # every legacy frame repeats the id twice; a UUID is 36
 TOP_K_DEFAULT, TOP_K_MAX = 10, 50
 MODES_SUPPORTED = ["list"]
 MODES_UNSERVED = ("summarize", "generate")
@@ -39,9 +39,6 @@ SCHEMA_DESCRIPTION_CHARS = 300
 JSON_HEADERS = {"Cache-Control": "no-store"}
 STREAM_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
                   "X-Accel-Buffering": "no"}
-# Control characters, and lone surrogates a JSON body can carry as \u escapes (no tokenizer or
-# encoder takes them), become one space.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
 
 
 @dataclass
@@ -93,8 +90,18 @@ def _bad(parameter: str, sentence: str, query_id: str) -> ApiError:
     return ApiError(400, sentence, code="invalid_parameter", parameter=parameter, query_id=query_id, results=[])
 
 
-def _clean(text: str) -> str:
-    return _CONTROL.sub(" ", text).strip()
+def _shown(value: str) -> str:
+    """A client's value quoted in an error sentence, cut short."""
+    return repr(value[:40] + "…" if len(value) > 40 else value)
+
+
+def _query_id(sent: str, otherwise: str) -> str:
+    """The query_id the caller sent, or `otherwise` when it sent none; raises 400 when it is too long."""
+    query_id = search.clean(sent)
+    if len(query_id) > MAX_QUERY_ID:
+        raise _bad("query_id", f"The query_id is {len(query_id)} characters long; send at most {MAX_QUERY_ID} "
+                   "(a UUID is 36), or leave it out and one is generated.", str(uuid.uuid4()))
+    return query_id or otherwise
 
 
 def _split_prev(raw: str) -> list[str]:
@@ -112,14 +119,14 @@ def _split_prev(raw: str) -> list[str]:
 
 
 def _prev_list(items: list[str]) -> list[str]:
-    return [text for text in (_clean(i) for i in items) if text][:MAX_PREV]
+    return [text for text in (search.clean(i) for i in items) if text][:MAX_PREV]
 
 
 def parse_request(method: str, query: Mapping[str, str], body: bytes | None, content_type: str | None,
                   settings) -> AskRequest:
     """The request in either dialect, every rule of API.md §4.2/4.3 applied; raises ApiError."""
     params = {k: str(v) for k, v in query.items()}
-    query_id = _clean(params.get("query_id", "")) or str(uuid.uuid4())
+    query_id = _query_id(params.get("query_id", ""), str(uuid.uuid4()))
     fields: dict = {}       # legacy-named values from the body (they win over the query string)
     dialect = "legacy"
     if method == "POST" and body is not None and len(body) > MAX_BODY:
@@ -135,8 +142,8 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
                 fields = _structured_fields(data, query_id)
             else:
                 fields = _legacy_body_fields(data, query_id)
-        if isinstance(fields.get("query_id"), str) and _clean(fields["query_id"]):
-            query_id = _clean(fields["query_id"])
+        if isinstance(fields.get("query_id"), str):
+            query_id = _query_id(fields["query_id"], query_id)
 
     def value(name: str):
         return fields[name] if name in fields else params.get(name)
@@ -148,12 +155,15 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
     def send(name: str, good: str) -> str:
         return f'{named(name)} "{good}"' if named(name) != name else f"{name}={good}"
 
-    question = _clean(value("query") or "")
+    sent = value("query") or ""
+    question = search.clean(sent)
     if not question:
         example = ('{"query": {"text": "how do I rebuild a carburetor"}}' if dialect == "0.55"
                    else "/ask?query=how+do+I+rebuild+a+carburetor")
         where = "query.text in the JSON body" if dialect == "0.55" else "the query parameter"
-        raise _bad("query", f"A question is required: send it as {where}, e.g. {example}.", query_id)
+        problem = ("The question has no readable characters (only control, invisible or undecodable ones)"
+                   if sent.strip() else "A question is required")
+        raise _bad("query", f"{problem}: send it as UTF-8 text in {where}, e.g. {example}.", query_id)
 
     mode = str(value("mode") or "list").strip().lower()
     if mode in MODES_UNSERVED:
@@ -161,12 +171,12 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
                        f"send {send('mode', 'list')}.", code="mode_not_supported", parameter=named("mode"), supported_modes=MODES_SUPPORTED,
                        query_id=query_id, results=[])
     if mode not in MODES_SUPPORTED:
-        raise _bad(named("mode"), f"Mode {mode!r} is unknown; send {send('mode', 'list')} (summarize and generate "
+        raise _bad(named("mode"), f"Mode {_shown(mode)} is unknown; send {send('mode', 'list')} (summarize and generate "
                    "are not served).", query_id)
 
     site = str(value("site") or "").strip().lower().rstrip("/")
     if site not in ("", "all", settings.site_host, "https://" + settings.site_host):
-        raise _bad(named("site"), f"Site {site!r} is not served here; send {send('site', settings.site_host)} or "
+        raise _bad(named("site"), f"Site {_shown(site)} is not served here; send {send('site', settings.site_host)} or "
                    "leave it out.", query_id)
 
     streaming = value("streaming")
@@ -178,7 +188,7 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
     prev = value("prev")
     if isinstance(prev, str):
         prev = _split_prev(prev)
-    decontextualized = _clean(value("decontextualized_query") or "")
+    decontextualized = search.clean(value("decontextualized_query") or "")
     return AskRequest(
         dialect=dialect,
         query=question,
@@ -193,7 +203,10 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
 def _json_object(body: bytes, query_id: str) -> dict:
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # RFC 8259: JSON between systems is UTF-8, whatever charset is declared
+        raise _bad("body", f"The request body is not UTF-8 ({exc.reason} at byte {exc.start}); send the JSON "
+                           'encoded as UTF-8, such as {"query": {"text": "your question"}}.', query_id) from None
+    except ValueError as exc:
         raise _bad("body", f"The request body is not valid JSON ({exc}); send a JSON object such as "
                            '{"query": {"text": "your question"}}.', query_id) from None
     except RecursionError:  # thousands of nested arrays fit in 64 KB and exhaust the decoder's stack

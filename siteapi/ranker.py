@@ -26,6 +26,7 @@ import re
 import sqlite3
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -250,9 +251,11 @@ def page_matrix(conn: sqlite3.Connection) -> PageMatrix:
 def embed_question(model: Model, question: str, prev: list[str], config: RankerSettings) -> np.ndarray:
     """The question's vector, blended with the earlier questions at `prev_weight` (their mean),
     within the deadline; raises EmbeddingTimeout when it overran. The deadline is checked after the
-    run (onnxruntime cannot be interrupted cheaply) - the point is that a slow answer is not used."""
+    run (onnxruntime cannot be interrupted cheaply) - the point is that a slow answer is not used.
+    Texts are read in NFKC form: the vocabulary knows full-width and styled letters only as [UNK]."""
     started = time.perf_counter()
-    vectors = model.embed([question[:QUESTION_CHARS]] + [p[:QUESTION_CHARS] for p in prev])
+    texts = [unicodedata.normalize("NFKC", text[:QUESTION_CHARS]) for text in [question, *prev]]
+    vectors = model.embed(texts)
     elapsed_ms = (time.perf_counter() - started) * 1000
     if elapsed_ms > config.deadline_ms:
         raise EmbeddingTimeout(f"embedding took {elapsed_ms:.1f} ms, deadline {config.deadline_ms:g} ms")

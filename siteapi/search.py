@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import unicodedata
 
 from siteapi import db
 from siteapi.web import ApiError, Reply, cached_json, clamp_int
@@ -20,11 +21,26 @@ page post site photo photos shot
 # which outweighs a body hit.
 WEIGHTS = (10.0, 4.0, 1.0)
 SNIPPET_BEFORE, SNIPPET_LENGTH = 70, 220
+# Control characters, and lone surrogates a JSON body can carry as \u escapes (no tokenizer or
+# encoder takes them), become one space.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
+# What neither the FTS index nor the model's tokenizer reads: controls, format characters (zero-width,
+# bidi and byte-order marks), surrogates, spaces, and the U+FFFD that stands in for bytes not UTF-8.
+_UNREADABLE = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"})
+
+
+def clean(text: str) -> str:
+    """`text` with control characters as spaces and trimmed; "" when no character in it can be read."""
+    text = _CONTROL.sub(" ", text).strip()
+    readable = any(ch != "\ufffd" and unicodedata.category(ch) not in _UNREADABLE for ch in text)
+    return text if readable else ""
 
 
 def tokens(query: str) -> list[str]:
-    """Lowercase, cut to 160 chars, split on non-alphanumerics, keep tokens > 1 char, first 12."""
-    return [t for t in re.split(r"[^\w]+|_", query.lower()[:MAX_QUERY]) if len(t) > 1][:MAX_TERMS]
+    """Lowercase, cut to 160 chars, split on non-alphanumerics, keep tokens > 1 char, first 12. Read
+    in NFKC form: full-width and styled letters and ligatures as the plain letters the index holds."""
+    text = unicodedata.normalize("NFKC", query[:MAX_QUERY]).lower()[:MAX_QUERY]
+    return [t for t in re.split(r"[^\w]+|_", text) if len(t) > 1][:MAX_TERMS]
 
 
 def terms(query: str) -> list[str]:
@@ -93,9 +109,11 @@ def rank(conn: sqlite3.Connection, words: list[str], limit: int, base_url: str) 
 
 def search_endpoint(conn: sqlite3.Connection, params, base_url: str) -> Reply:
     """The /search.json body, already encoded: a repeated query costs a dictionary lookup."""
-    q = (params.get("q") or "").strip()
+    sent = params.get("q") or ""
+    q = clean(sent)
     if not q:
-        raise ApiError(400, "Parameter q is required: send the words to search for, e.g. /search.json?q=carburetor.",
-                       code="missing_parameter", parameter="q")
+        problem = "has no readable characters (only control, invisible or undecodable ones)" if sent.strip() else "is required"
+        raise ApiError(400, f"Parameter q {problem}: send the words to search for as UTF-8 text, e.g. "
+                       "/search.json?q=carburetor.", code="missing_parameter", parameter="q")
     limit = clamp_int(params.get("limit"), 20, 1, 50)
     return cached_json(conn, ("search", q, limit, base_url), lambda: search(conn, q, limit, base_url))

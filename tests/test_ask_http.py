@@ -227,6 +227,13 @@ def test_leading_whitespace_does_not_slip_a_body_past_the_size_limit(client, bod
     assert r.status_code == 400 and r.json()["parameter"] == "body" and "over 65536 bytes" in r.json()["error"]
 
 
+def test_a_body_that_is_not_utf8_is_told_so(client):
+    body = '{"query": {"text": "café"}}'.encode("latin-1")
+    r = client.post("/ask", content=body, headers={"Content-Type": "application/json; charset=iso-8859-1"})
+    assert r.status_code == 400 and r.json()["parameter"] == "body"
+    assert "not UTF-8" in r.json()["error"] and "not valid JSON" not in r.json()["error"], r.json()["error"]
+
+
 @pytest.mark.parametrize("content", [b'{"query": {"text": "car"}, "x": ' + b"[" * 5000 + b"]" * 5000 + b"}",
                                      b"[" * 30000])
 def test_deeply_nested_json_is_a_400_on_body(client, content):
@@ -270,6 +277,49 @@ def test_lone_surrogates_in_a_streamed_answer(client):
     with connect_sse(client, "POST", "/ask", content=payload, headers={"Content-Type": "application/json"}) as source:
         events = [e.event for e in source.iter_sse()]
     assert events[0] == "start" and events[-1] == "complete" and "error" not in events
+
+
+@pytest.mark.parametrize("question", ["\u200b", "\ufeff \u202e\u2060", "\x00\u200d", "\ufffd\ufffd"])
+def test_a_question_with_nothing_readable_is_400(client, question):
+    """Zero-width, bidi and byte-order marks, or the U+FFFD of bytes that were not UTF-8, are all the
+    model's tokenizer drops: ranking them would rank an empty question."""
+    r = client.get("/ask", params={"query": question, "streaming": "0"})
+    assert r.status_code == 400 and r.json()["parameter"] == "query", r.text
+    assert "readable" in r.json()["error"] and "/ask?query=" in r.json()["error"]
+    r = client.post("/ask", json={"query": {"text": question}, "prefer": {"streaming": False}})
+    assert r.status_code == 400 and r.json()["parameter"] == "query", r.text
+    assert '{"query": {"text": ' in r.json()["error"]
+
+
+def test_context_with_nothing_readable_is_left_out(client):
+    body = ask_json(client, query="coffee", prev="\u200b,\ufeff", decontextualized_query="\u2060")
+    assert body["decontextualized_query"] == "coffee"
+
+
+def test_full_width_and_styled_letters_are_read_as_plain_letters(client):
+    plain = ask_json(client, query="valve clearances", top_k="3")
+    for spelled in ("ｖａｌｖｅ ｃｌｅａｒａｎｃｅｓ", "\U0001d42f\U0001d41a\U0001d425\U0001d42f\U0001d41e clearances"):
+        body = ask_json(client, query=spelled, top_k="3")
+        assert body["query"] == spelled  # echoed as sent
+        assert [r["url"] for r in body["results"]] == [r["url"] for r in plain["results"]]
+        assert [r["score"] for r in body["results"]] == [r["score"] for r in plain["results"]]
+
+
+def test_a_query_id_over_128_characters_is_400(client):
+    """Every legacy frame repeats the id twice: 15 KB of id turned one request into 1.5 MB of stream."""
+    assert ask_json(client, query="coffee", query_id="q" * 128)["query_id"] == "q" * 128
+    r = client.get("/ask", params={"query": "coffee", "query_id": "q" * 129})
+    assert r.status_code == 400 and r.json()["parameter"] == "query_id" and "128" in r.json()["error"]
+    assert uuid.UUID(r.json()["query_id"])  # a generated id, not the refused one
+    for payload in ({"query": {"text": "coffee"}, "query_id": "q" * 60000}, {"query": "coffee", "query_id": "q" * 60000}):
+        r = client.post("/ask", json=payload)
+        assert r.status_code == 400 and r.json()["parameter"] == "query_id" and len(r.content) < 1000
+
+
+@pytest.mark.parametrize("params", [{"site": "x" * 5000}, {"mode": "x" * 5000}])
+def test_error_sentences_quote_at_most_a_short_piece_of_the_value(client, params):
+    r = client.get("/ask", params={"query": "coffee", **params})
+    assert r.status_code == 400 and len(r.json()["error"]) < 200, r.json()["error"][:300]
 
 
 # --- streams: raw text and every frame field ----------------------------------------------------

@@ -157,6 +157,8 @@ def test_q_all_terms_with_plural_stems(env):
     assert all(p["score"] == 5 and p["matched"] == ["beaches"] for p in body["photos"])
     both = run(env, q="Beach kite")
     assert stems(both) == ["DSCF0102"] and both["photos"][0]["score"] == 10
+    wide = run(env, q="Ｂｅａｃｈ 𝐤𝐢𝐭𝐞")  # full-width and styled letters read as plain ones (NFKC)
+    assert wide["ranking"]["terms"] == ["beach", "kite"] and stems(wide) == ["DSCF0102"]
 
 
 def test_q_partial_lists_dropped_terms(env):

@@ -48,6 +48,31 @@ def test_missing_or_blank_q_is_a_400_sentence(api, query):
     assert "q" in r.json()["error"] and r.json()["parameter"] == "q"
 
 
+@pytest.mark.parametrize("query", ["q=%00", "q=%00%1B%7F", "q=%E2%80%8B", "q=%EF%BB%BF%E2%80%AE", "q=%FF%FE"])
+def test_q_with_nothing_readable_is_a_400_as_blank(api, query):
+    """Control, zero-width, bidi and byte-order characters, or bytes that are not UTF-8, are no words."""
+    r = api.get("/search.json?" + query)
+    assert r.status_code == 400 and r.json()["parameter"] == "q", r.text
+    assert "readable" in r.json()["error"] and "q=carburetor" in r.json()["error"]
+
+
+def test_control_characters_are_not_echoed(api):
+    body = api.get("/search.json", params={"q": "carburetor\x00\x1b[31m"}).json()
+    assert body["query"] == "carburetor [31m" and body["total"] > 0
+
+
+@pytest.mark.parametrize("spelled", ["ｃａｒｂｕｒｅｔｏｒ", "\U0001d41c\U0001d41a\U0001d42b\U0001d41b\U0001d42e\U0001d42b\U0001d41e\U0001d42d\U0001d428\U0001d42b", "CARBURETOR"])
+def test_full_width_and_styled_letters_find_what_plain_letters_find(api, spelled):
+    plain = api.get("/search.json", params={"q": "carburetor"}).json()
+    body = api.get("/search.json", params={"q": spelled}).json()
+    assert body["query"] == spelled and plain["total"] > 0
+    assert [r["url"] for r in body["results"]] == [r["url"] for r in plain["results"]]
+
+
+def test_ligatures_are_read_as_their_letters(api):
+    assert api.get("/search.json", params={"q": "\ufb01lm"}).json()["total"] == api.get("/search.json?q=film").json()["total"] > 0
+
+
 def test_long_q_is_truncated_not_rejected(api):
     r = api.get("/search.json?q=" + "motorcycle " * 40)
     assert r.status_code == 200 and len(r.json()["query"]) == 160
