@@ -83,13 +83,14 @@ def versioned_cache(conn: sqlite3.Connection, limit: int = 512, recheck_s: float
     """A per-thread dict for `conn` that empties itself when another connection has committed
     (PRAGMA data_version moved) or it holds `limit` entries. The version is read at most once per
     `recheck_s` per thread (a SQLite call per request costs a GIL hand-off under load), so an
-    entry is at most that stale after a job writes."""
+    entry is at most that stale after a job writes. The thread keeps a reference to the last `conn`
+    it saw, so a new connection can never take a closed one's place (and its cache) by reusing its id."""
     now = time.monotonic()
-    if getattr(_local, "cache_checked", -recheck_s) + recheck_s <= now or getattr(_local, "cache_conn", None) != id(conn):
+    if getattr(_local, "cache_checked", -recheck_s) + recheck_s <= now or getattr(_local, "cache_conn", None) is not conn:
         version = conn.execute("PRAGMA data_version").fetchone()[0]
-        if getattr(_local, "cache_version", None) != (id(conn), version) or len(_local.cache) >= limit:
-            _local.cache, _local.cache_version = {}, (id(conn), version)
-        _local.cache_checked, _local.cache_conn = now, id(conn)
+        if getattr(_local, "cache_version", None) != (conn, version) or len(_local.cache) >= limit:
+            _local.cache, _local.cache_version = {}, (conn, version)
+        _local.cache_checked, _local.cache_conn = now, conn
     elif len(_local.cache) >= limit:
         _local.cache = {}
     return _local.cache

@@ -154,3 +154,24 @@ def test_limit_clamps_to_fifty_and_a_non_number_means_twenty(crowd):
 def test_a_title_hit_outranks_a_description_hit_which_outranks_body_hits(crowd):
     urls = [r["url"].rsplit("/", 1)[-1] for r in crowd.get("/search.json?q=dirigible").json()["results"]]
     assert urls == ["in-title", "in-description", "in-body"]
+
+
+def test_versioned_cache_is_never_inherited_by_a_connection_reusing_a_closed_ones_id(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from siteapi import db
+
+    db.writer(tmp_path / "site.db").close()
+
+    def check():
+        first = db.connect(tmp_path / "site.db", readonly=True)
+        db.versioned_cache(first)["k"] = "v"
+        first.close()
+        del first
+        for _ in range(200):  # CPython soon hands a new connection the freed one's address
+            fresh = db.connect(tmp_path / "site.db", readonly=True)
+            assert db.versioned_cache(fresh, recheck_s=60) == {}
+            fresh.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(check).result()
