@@ -9,6 +9,7 @@ naming the key.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -36,6 +37,10 @@ KNOWN = {"site_name": "", "site_host": "", "public_base_url": "", "content_dir":
          "rate": {"storage": "", **{f"{name}_{part}": 0 for name in DEFAULT_RATES for part in "qw"}}}
 POLICY_NAME = re.compile(r"[a-z][a-z0-9_]*")  # a Structured Field string in the headers, and SITE_RATE_<NAME>_Q
 SF_INTEGER_MAX = 999_999_999_999_999  # RFC 9651: the largest q and w the RateLimit headers can carry
+
+
+_OPTION_TYPES = {bool: bool, int: int, float: (int, float), str: str, list: (list, tuple)}
+_OPTION_KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "text in quotes", list: "a list"}
 
 
 class SettingsError(ValueError):
@@ -77,6 +82,28 @@ class Settings:
     def url(self, path: str) -> str:
         """Absolute public URL for a site path."""
         return self.public_base_url + (path if path.startswith("/") else "/" + path)
+
+
+def option(settings: "Settings | None", section: str, key: str, default: Any, low: float | None = None,
+           high: float | None = None) -> Any:
+    """`[section] key` (or its SITE_ override), `default` when it is absent or there are no settings.
+
+    The value must have the default's type (a whole number does for a float; anything for a None
+    default, which the caller checks) and lie within low..high; otherwise SettingsError names the key.
+    """
+    table = settings.section(section) if settings is not None else {}
+    if key not in table or default is None:
+        return table.get(key, default)
+    value = table[key]
+    number = isinstance(default, (int, float)) and not isinstance(default, bool)
+    usable = isinstance(value, _OPTION_TYPES[type(default)]) and isinstance(value, bool) == isinstance(default, bool)
+    if usable and number:
+        usable = math.isfinite(value) and (low is None or value >= low) and (high is None or value <= high)
+    if not usable:
+        kind = _OPTION_KINDS[type(default)] + (f" from {low:g} to {high:g}" if number and low is not None else "")
+        raise SettingsError(f"Setting [{section}] {key} (SITE_{section.upper()}_{key.upper()}) must be {kind}, "
+                            f"not {value!r}.")
+    return float(value) if isinstance(default, float) else value
 
 
 def _coerce(key: str, default: Any, raw: str) -> Any:
@@ -180,6 +207,26 @@ def _rate_storage(url: Any) -> str:
     return url
 
 
+SECTIONS = ("ask", "lens", "feeds")
+
+
+def check_sections(settings: Settings) -> None:
+    """Read every [section] setting once, as its area will, so a bad one stops start-up with its
+    sentence instead of failing the first request or job that reads it."""
+    # Imported here: each area imports this module for option() and SettingsError.
+    from siteapi import ranker
+    from siteapi.lens import census, cost, fetch, scan
+
+    for name in settings.sections:
+        if name not in SECTIONS:
+            raise SettingsError(f"Setting [{name}] is not a section this site reads; the sections are "
+                                f"{', '.join(f'[{s}]' for s in ('rate', *SECTIONS))}.")
+    ranker.RankerSettings.from_settings(settings)
+    cost.rates(fetch.lens_settings(settings))
+    scan.scan_settings(settings)
+    census.roster(settings)
+
+
 def load_settings(path: str | os.PathLike | None = None) -> Settings:
     config_path = Path(path or os.environ.get("SITE_CONFIG") or ROOT / "site.toml")
     try:
@@ -222,7 +269,7 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
     policies = _policies(rate)
     access_log = _text(data, "access_log")
     sections = {k: MappingProxyType(v) for k, v in data.items() if isinstance(v, dict) and k != "rate"}
-    return Settings(
+    settings = Settings(
         site_name=_text(data, "site_name", host) or host,
         site_host=host,
         public_base_url=base_url,
@@ -238,3 +285,5 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
         sections=MappingProxyType(sections),
         port=port,
     )
+    check_sections(settings)
+    return settings

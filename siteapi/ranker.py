@@ -34,7 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from siteapi import db
-from siteapi.config import ROOT
+from siteapi.config import ROOT, option
 
 log = logging.getLogger(__name__)
 
@@ -80,19 +80,17 @@ class RankerSettings:
 
     @classmethod
     def from_settings(cls, settings=None) -> "RankerSettings":
-        section = settings.section("ask") if settings is not None else {}
-
         def path(key: str, default: str) -> Path:
-            value = Path(str(section.get(key, default)))
+            value = Path(option(settings, "ask", key, default))
             return value if value.is_absolute() else ROOT / value
 
         return cls(
             model_path=path("model_path", DEFAULT_MODEL_PATH),
             tokenizer_path=path("tokenizer_path", DEFAULT_TOKENIZER_PATH),
-            temperature=float(section.get("temperature", DEFAULT_TEMPERATURE)),
-            none_cosine=float(section.get("none_cosine", DEFAULT_NONE_COSINE)),
-            deadline_ms=float(section.get("deadline_ms", DEFAULT_DEADLINE_MS)),
-            prev_weight=float(section.get("prev_weight", 0.35)),
+            temperature=option(settings, "ask", "temperature", DEFAULT_TEMPERATURE, 0.001, 10),
+            none_cosine=option(settings, "ask", "none_cosine", DEFAULT_NONE_COSINE, -1, 1),
+            deadline_ms=option(settings, "ask", "deadline_ms", float(DEFAULT_DEADLINE_MS), 0, 600_000),
+            prev_weight=option(settings, "ask", "prev_weight", 0.35, 0, 1),
         )
 
 

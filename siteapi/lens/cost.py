@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from ..config import SettingsError
 from ..tokens import NAME as TOKENIZER
 from ..tokens import VocabularyError, encoding
 from ..tokens import count as count_tokens
@@ -31,17 +32,16 @@ log = logging.getLogger(__name__)
 
 
 def rates(conf: dict) -> tuple[list[dict], str]:
-    """(rates, checked date) from the [lens] settings, falling back to the defaults when malformed."""
-    configured = conf.get("rates")
+    """(rates, checked date) from the [lens] settings, the defaults when none are set."""
+    configured, checked = conf.get("rates"), conf.get("rates_checked")
     out = []
-    if isinstance(configured, (list, tuple)):
-        for item in configured:
-            if not hasattr(item, "get"):
-                continue
-            model, price = item.get("model"), item.get("usdPerMtok")
-            if isinstance(model, str) and model.strip() and isinstance(price, (int, float)) and not isinstance(price, bool) and price >= 0:
-                out.append({"model": model.strip(), "usdPerMtok": float(price)})
-    checked = conf.get("rates_checked")
+    for item in configured or []:
+        model, price = (item.get("model"), item.get("usdPerMtok")) if isinstance(item, dict) else (None, None)
+        if not (isinstance(model, str) and model.strip() and isinstance(price, (int, float))
+                and not isinstance(price, bool) and 0 <= price < float("inf")):
+            raise SettingsError(f"Setting [lens] rates lists {item!r}; list tables such as "
+                                '{ model = "Claude Sonnet 5", usdPerMtok = 3.0 } (US dollars per million tokens).')
+        out.append({"model": model.strip(), "usdPerMtok": float(price)})
     if not out:
         return [dict(r) for r in DEFAULT_RATES], DEFAULT_CHECKED
     return out, str(checked) if checked else DEFAULT_CHECKED

@@ -45,6 +45,7 @@ from urllib3.exceptions import (ConnectTimeoutError, HTTPError, NameResolutionEr
                                 ProtocolError, ReadTimeoutError, SSLError)
 
 from siteapi.botauth import BotSigner, signer_for
+from siteapi.config import option
 
 USER_AGENT = "AadharshBot/1.0 (+https://aadhar.sh/bot)"
 ACCEPT_HTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -666,21 +667,13 @@ def _timed_out(budget_s: float) -> FetchFailed:
 
 def lens_settings(settings) -> dict:
     """The [lens] settings with defaults applied (also read by observe.py and cost.py)."""
-    section = settings.section("lens") if settings is not None else {}
-
-    def number(key: str, default, low, high):
-        value = section.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return default
-        return max(low, min(high, value))
-
     return {
-        "parse_kb": int(number("parse_kb", 256, 8, 4096)),
-        "timeout_s": float(number("timeout_s", 8, 1, 60)),
-        "max_redirects": int(number("max_redirects", 5, 0, 10)),
-        "raw_cap_kb": int(number("raw_cap_kb", 2048, 64, 16384)),
-        "rates": section.get("rates"),
-        "rates_checked": section.get("rates_checked"),
+        "parse_kb": option(settings, "lens", "parse_kb", 256, 8, 4096),
+        "timeout_s": option(settings, "lens", "timeout_s", 8.0, 1, 60),
+        "max_redirects": option(settings, "lens", "max_redirects", 5, 0, 10),
+        "raw_cap_kb": option(settings, "lens", "raw_cap_kb", 2048, 64, 16384),
+        "rates": option(settings, "lens", "rates", None),
+        "rates_checked": option(settings, "lens", "rates_checked", None),
     }
 
 

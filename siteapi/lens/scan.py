@@ -22,6 +22,7 @@ from urllib.parse import quote
 import requests
 
 from .. import db
+from ..config import option
 from ..web import ApiError
 from . import agent, bots, discovery, observe, readiness, terms
 from .discovery import DnsClient, Fetched, Subrequests
@@ -43,24 +44,20 @@ _LEVEL = re.compile(r"Level\s+([0-5])\s*/\s*5\s*(?:[—–:-]+\s*([^\n\r\"*]+))?
 
 def scan_settings(settings) -> dict:
     """The [lens] settings of the full scan, with defaults applied."""
-    section = settings.section("lens") if settings is not None else {}
+    def lens(key, default, low=None, high=None):
+        return option(settings, "lens", key, default, low, high)
 
-    def number(key, default, low, high):
-        value = section.get(key, default)
-        return default if isinstance(value, bool) or not isinstance(value, (int, float)) else max(low, min(high, value))
-
-    nameservers = section.get("dns_nameservers") or []
     return {
-        "scan_timeout_s": float(number("scan_timeout_s", 10, 1, 60)),
-        "probe_timeout_s": float(number("probe_timeout_s", 5, 0.5, 30)),
-        "subrequest_cap": int(number("subrequest_cap", 48, 1, 200)),
-        "concurrency": int(number("scan_concurrency", 16, 1, 64)),
-        "discovery_cache_hours": float(number("discovery_cache_hours", 6, 0, 168)),
-        "cloudflare_scanner_url": str(section.get("cloudflare_scanner_url", "https://isitagentready.com/mcp")),
-        "cloudflare_report_url": str(section.get("cloudflare_report_url", "https://isitagentready.com/")),
-        "cloudflare_cache_hours": float(number("cloudflare_cache_hours", 6, 0, 168)),
-        "cloudflare_timeout_s": float(number("cloudflare_timeout_s", 9, 1, 30)),
-        "dns_nameservers": [str(n) for n in nameservers] if isinstance(nameservers, (list, tuple)) else [],
+        "scan_timeout_s": lens("scan_timeout_s", 10.0, 1, 60),
+        "probe_timeout_s": lens("probe_timeout_s", 5.0, 0.5, 30),
+        "subrequest_cap": lens("subrequest_cap", 48, 1, 200),
+        "concurrency": lens("scan_concurrency", 16, 1, 64),
+        "discovery_cache_hours": lens("discovery_cache_hours", 6.0, 0, 168),
+        "cloudflare_scanner_url": lens("cloudflare_scanner_url", "https://isitagentready.com/mcp"),
+        "cloudflare_report_url": lens("cloudflare_report_url", "https://isitagentready.com/"),
+        "cloudflare_cache_hours": lens("cloudflare_cache_hours", 6.0, 0, 168),
+        "cloudflare_timeout_s": lens("cloudflare_timeout_s", 9.0, 1, 30),
+        "dns_nameservers": [str(n) for n in lens("dns_nameservers", [])],
     }
 
 
