@@ -61,8 +61,10 @@ CREATE TABLE IF NOT EXISTS site_files (
 markdown = MarkdownIt("commonmark", {"typographer": False}).enable("table")
 _TAGS = re.compile(r"<[^>]+>")
 _SPACE = re.compile(r"\s+")
-# What no page's URL can hold: a query or fragment, white space and controls, an empty or dot segment.
-_UNSERVABLE_PATH = re.compile(r"[?#\\\s\x00-\x1f\x7f]|//|/\.\.?(?:/|$)")
+# What no page's URL can hold: a query or fragment, white space and controls, an empty or dot segment,
+# and '%', since a request's %-escapes are decoded before its path is looked up.
+_UNSERVABLE_PATH = re.compile(r"[?#%\\\s\x00-\x1f\x7f]|//|/\.\.?(?:/|$)")
+TWIN_OF_HOME = "/index.md"  # the Markdown twin of `/`, where every other page's twin is its path plus `.md`
 _DAY = re.compile(r"(\d{4}-\d\d-\d\d)(?:[Tt ].*)?")
 # A page's row holds its Markdown and its plain text; at this size, that row and any sort of it stay
 # under the 1 MiB a value that plugins/query_limits.py lets Datasette read (about 40,000 words).
@@ -71,7 +73,18 @@ _TYPE_NAMES = {bool: "yes/no", int: "a number", float: "a number", list: "a list
 
 
 class _Loader(yaml.SafeLoader):
-    """Safe YAML that leaves dates as text, so `date: 2024-13-05` is reported like any other bad date."""
+    """Safe YAML that leaves dates as text, so `date: 2024-13-05` is reported like any other bad date,
+    and refuses a key written twice, of which plain YAML would keep the last without a word."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if key.value in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key.value!r} is written twice; keep one", key.start_mark)
+                seen.add(key.value)
+        return super().construct_mapping(node, deep)
 
 
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
@@ -114,10 +127,11 @@ def read_text(file: Path, rel: str) -> str:
         raise ContentError(f"{rel} is over {MAX_FILE_BYTES >> 10} KiB, the most one content file may hold; "
                            "split it into several pages.")
     try:
-        return raw.decode("utf-8").removeprefix("\ufeff")  # the byte-order mark some editors write
+        text = raw.decode("utf-8").removeprefix("\ufeff")  # the byte-order mark some editors write
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
         raise ContentError(f"{rel} line {line}: not UTF-8 text (byte {exc.start}).") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # Windows and old Mac line ends, as Markdown reads them
 
 
 def day(value: object) -> str | None:
@@ -168,7 +182,11 @@ def parse_file(file: Path, root: Path) -> Page:
                            f"or '.md', not {path!r}.")
     if _UNSERVABLE_PATH.search(path):
         raise ContentError(f"{rel} line {key_line(front, 'path')}: path must be one URL path, without spaces, "
-                           f"'?', '#', '\\', '//' or '.'/'..' segments, e.g. path: /writing/my-post, not {path!r}.")
+                           f"'?', '#', '%', '\\', '//' or '.'/'..' segments (write any other character as itself), "
+                           f"e.g. path: /writing/my-post, not {path!r}.")
+    if path + ".md" == TWIN_OF_HOME:
+        raise ContentError(f"{rel} line {key_line(front, 'path')}: path {path} cannot be used: its Markdown twin "
+                           f"would be {TWIN_OF_HOME}, the home page's; write path: / for the home page, or another path.")
     date = meta.get("date")
     if date is not None:
         date = day(date)
@@ -182,8 +200,8 @@ def parse_file(file: Path, root: Path) -> Page:
     text = plain_text(body)
     return Page(
         path=path,
-        title=meta["title"].strip()[:140],
-        description=(meta.get("description") or text[:240]).strip()[:240],
+        title=one_line(meta["title"])[:140],
+        description=one_line(meta.get("description") or text[:240])[:240],
         kind=meta["kind"],
         date=date,
         body=body,
@@ -193,6 +211,12 @@ def parse_file(file: Path, root: Path) -> Page:
         tags=json.dumps(tags),
         path_line=key_line(front, "path"),
     )
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of white space, line breaks included, as one space: a title or
+    description is one line of the headings and lists it goes into (llms.txt, the Markdown twin)."""
+    return " ".join(text.split())
 
 
 def key_line(front: str, key: str) -> int:
@@ -205,7 +229,9 @@ def key_line(front: str, key: str) -> int:
 
 def content_files(root: Path) -> tuple[list[Path], list[tuple[str, str]]]:
     """The .md files under `root` by name (symlinked folders not followed, as rglob), and the
-    folders that could not be listed with why: a folder that cannot be read is not an empty one."""
+    folders that could not be listed with why: a folder that cannot be read is not an empty one.
+    Hidden files and folders are not content: an editor's lock link (.#about.md), the ._about.md
+    a Mac leaves on other disks, a notes app's .trash/."""
     unreadable = []
 
     def note(exc: OSError):
@@ -214,8 +240,10 @@ def content_files(root: Path) -> tuple[list[Path], list[tuple[str, str]]]:
         unreadable.append((Path(exc.filename).relative_to(root).as_posix(), exc.strerror or str(exc)))
 
     # a folder named like a page is listed too, so that it is reported rather than its page deleted
-    files = [Path(folder) / name for folder, dirs, names in os.walk(root, onerror=note) for name in dirs + names
-             if name.endswith(".md")]
+    files = []
+    for folder, dirs, names in os.walk(root, onerror=note):
+        dirs[:] = [name for name in dirs if not name.startswith(".")]
+        files += [Path(folder) / name for name in dirs + names if name.endswith(".md") and not name.startswith(".")]
     return sorted(files), unreadable
 
 
@@ -254,15 +282,25 @@ def read_content(root: Path, owners: dict[str, str] | None = None) -> tuple[list
     return pages, errors, failed
 
 
+def _not_json(name: str):
+    """Python's json reads NaN and Infinity, which no JSON parser our readers use accepts."""
+    raise ValueError(f"{name} is not a JSON value; write a number, or null, in its place.")
+
+
 def read_resume(root: Path) -> str | None:
     file = root / "resume.json"
     if not file.exists():
         return None
     text = read_text(file, "resume.json")
     try:
-        resume = json.loads(text)
+        resume = json.loads(text, parse_constant=_not_json)
     except json.JSONDecodeError as exc:
         raise ContentError(f"resume.json line {exc.lineno}: not valid JSON ({exc.msg}).") from None
+    except ValueError as exc:
+        raise ContentError(f"resume.json: {exc}") from None
+    except RecursionError:
+        raise ContentError("resume.json is nested too deeply to read; a JSON Resume needs a few levels, "
+                           "not thousands.") from None
     if not isinstance(resume, dict):
         raise ContentError("resume.json must be one JSON object (a JSON Resume), not a "
                            f"{type(resume).__name__}.")

@@ -3,23 +3,58 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
+import hashlib
 import html
+import re
 import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 from xml.sax.saxutils import escape as xml_escape
 
 import bottle
 
 from siteapi import tokens
-from siteapi.content import markdown
-from siteapi.web import PAGE_CACHE, ApiError, Reply, wants_markdown
+from siteapi.content import TWIN_OF_HOME, markdown
+from siteapi.web import PAGE_CACHE, ApiError, Reply, etag_matches, json_bytes, wants_markdown
 
 TEMPLATE = bottle.SimpleTemplate(
     (Path(__file__).parent / "templates" / "page.tpl").read_text(encoding="utf-8"), noescape=False)
 SECTIONS = (("page", "Pages"), ("writing", "Writing"), ("document", "Documents"), ("utility", "Utilities"))
 MARKDOWN_TYPE = "text/markdown; charset=utf-8"
+# What a path keeps as written in a URL: the rest (non-ASCII, quotes, brackets, parentheses, '<' and '>')
+# is %-escaped, so that the URL is one in a sitemap and ends where a Markdown link or autolink says.
+URL_SAFE = "/!$&*+,;=:@~"
+_LINK_TEXT_SPECIALS = re.compile(r"([\\\[\]])")
+
+
+def page_url(settings, path: str) -> str:
+    return settings.url(quote(path, safe=URL_SAFE))
+
+
+def twin_path(path: str) -> str:
+    return TWIN_OF_HOME if path == "/" else path + ".md"
+
+
+def link(text: str, url: str, note: str = "") -> str:
+    """An llms.txt list entry: `- [text](url): note`, brackets in the text escaped as CommonMark reads them."""
+    escaped = _LINK_TEXT_SPECIALS.sub(r"\\\1", text)
+    return f"- [{escaped}]({url})" + (f": {note}" if note else "")
+
+
+def with_etag(reply: Reply) -> Reply:
+    """`reply` with an ETag of its body, or, when the request's If-None-Match names it, the 304
+    with the same headers (Vary, Cache-Control: what a cache refreshes its stored copy from).
+    The ETag is weak because the edge compresses these bodies and passes it on unchanged, and a
+    strong one would then name two different byte sequences."""
+    body = json_bytes(reply.body) if isinstance(reply.body, (dict, list)) else reply.body
+    body = body.encode("utf-8", "replace") if isinstance(body, str) else body
+    headers = {**reply.headers, "ETag": 'W/"' + hashlib.sha256(body).hexdigest()[:32] + '"'}
+    if etag_matches(headers["ETag"].removeprefix("W/")):
+        return dataclasses.replace(reply, body=b"", status=304, headers=headers)
+    return dataclasses.replace(reply, body=body, headers=headers)
 
 
 def page_row(conn: sqlite3.Connection, path: str) -> sqlite3.Row | None:
@@ -40,7 +75,8 @@ def _render_body(body_hash: str, body: str) -> str:
 
 def html_page(settings, title: str, description: str, body_html: str, path: str, markdown_path: str | None) -> str:
     return TEMPLATE.render(site=settings.site_name, title=title, description=description, body=body_html,
-                           canonical=settings.url(path), markdown_path=markdown_path)
+                           canonical=page_url(settings, path),
+                           markdown_path=markdown_path and quote(markdown_path, safe=URL_SAFE))
 
 
 def markdown_reply(text: str, cache: str = PAGE_CACHE) -> Reply:
@@ -51,25 +87,20 @@ def markdown_reply(text: str, cache: str = PAGE_CACHE) -> Reply:
 def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str) -> Reply:
     """A content page at its path (HTML, or Markdown when asked), or its `.md` twin."""
     twin = path.endswith(".md")
-    lookup = ("/" if path == "/index.md" else path[:-3]) if twin else path
+    lookup = ("/" if path == TWIN_OF_HOME else path[:-3]) if twin else path
     row = page_row(conn, lookup)
     if row is None:
         raise ApiError(404, f"There is no page at {path}.", code="not_found")
     if twin or wants_markdown(accept):
         return markdown_reply(page_markdown(row))
     body = _render_body(row["hash"], row["body"])
-    twin_path = "/index.md" if lookup == "/" else lookup + ".md"
-    text = html_page(settings, row["title"], row["description"], body, lookup, twin_path)
+    text = html_page(settings, row["title"], row["description"], body, lookup, twin_path(lookup))
     return Reply(text, content_type="text/html; charset=utf-8", headers={"Vary": "Accept"})
 
 
 def all_pages(conn: sqlite3.Connection) -> list[sqlite3.Row]:
     return conn.execute("SELECT path, title, description, kind, date, body FROM pages "
                         "ORDER BY kind, coalesce(date, '') DESC, path").fetchall()
-
-
-def twin_url(settings, path: str) -> str:
-    return settings.url("/index.md" if path == "/" else path + ".md")
 
 
 def llms_txt(conn: sqlite3.Connection, settings, api: list[tuple[str, str, str]]) -> str:
@@ -81,13 +112,13 @@ def llms_txt(conn: sqlite3.Connection, settings, api: list[tuple[str, str, str]]
            f"The JSON API is read-only and keyless: [OpenAPI]({settings.url('/openapi.json')}), "
            f"[guide]({settings.url('/developers')}), [API catalog]({settings.url('/.well-known/api-catalog')}).", "",
            "## API", ""]
-    out += [f"- [{name}]({settings.url(path)}): {note}" for name, path, note in api]
+    out += [link(name, settings.url(path), note) for name, path, note in api]
     rows = all_pages(conn)
     for kind, heading in SECTIONS:
         items = [r for r in rows if r["kind"] == kind]
         if items:
             out += ["", f"## {heading}", ""]
-            out += [f"- [{r['title']}]({twin_url(settings, r['path'])}): {r['description']}" for r in items]
+            out += [link(r["title"], page_url(settings, twin_path(r["path"])), r["description"]) for r in items]
     return "\n".join(out) + "\n"
 
 
@@ -95,7 +126,7 @@ def llms_full_txt(conn: sqlite3.Connection, settings, api) -> str:
     parts = [llms_txt(conn, settings, api), "# The site — full text"]
     for row in all_pages(conn):
         dated = f" ({row['date']})" if row["date"] else ""
-        parts.append(f"## {row['title']}{dated}\n\n<{settings.url(row['path'])}>\n\n{row['body'].strip()}")
+        parts.append(f"## {row['title']}{dated}\n\n<{page_url(settings, row['path'])}>\n\n{row['body'].strip()}")
     return "\n\n---\n\n".join(parts) + "\n"
 
 
@@ -105,7 +136,7 @@ def sitemap_xml(conn: sqlite3.Connection, settings, extra_paths: list[str]) -> s
     listed = {path for path, _ in entries}
     entries += [(p, None) for p in extra_paths if p not in listed]
     urls = "".join(
-        f"<url><loc>{xml_escape(settings.url(path))}</loc>{f'<lastmod>{date}</lastmod>' if date else ''}</url>"
+        f"<url><loc>{xml_escape(page_url(settings, path))}</loc>{f'<lastmod>{date}</lastmod>' if date else ''}</url>"
         for path, date in entries)
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
             f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>\n')
@@ -147,7 +178,7 @@ def suggest(path: str, known: list[str], base_url: str, n: int = 3) -> list[str]
     scores = {candidate: score(candidate) for candidate in known}
     ranked = sorted(known, key=lambda c: (-scores[c], c))
     picks = [c for c in ranked if scores[c] >= 0.45][:n] or ["/", "/sitemap.xml"]
-    return [base_url + p for p in picks]
+    return [base_url + quote(p, safe=URL_SAFE) for p in picks]
 
 
 def render_error(settings, fmt: str, body: dict, path: str) -> tuple[str, str, dict]:

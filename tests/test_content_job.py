@@ -207,6 +207,14 @@ def break_resume(content):
     (content / "resume.json").write_bytes(b'{"basics": {"name": "Caf\xe9"}}')
 
 
+def break_resume_with_nan(content):
+    (content / "resume.json").write_text('{"basics": {"name": "Owner"}, "meta": {"score": NaN}}')
+
+
+def break_resume_with_depth(content):
+    (content / "resume.json").write_text('{"basics": {"name": "Owner"}, "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+
 @pytest.mark.parametrize("damage, expected", [
     (break_date, "pages/about.md line 5: date must be a real day written YYYY-MM-DD, e.g. date: 2024-05-13, "
                  "not '2024-13-05'."),
@@ -217,7 +225,10 @@ def break_resume(content):
     (break_resume, "resume.json line 1: not UTF-8 text"),
     (break_with_length, "pages/about.md is over 256 KiB, the most one content file may hold; split it"),
     (break_resume_with_length, "resume.json is over 256 KiB"),
-], ids=["date", "tags", "nul", "link", "folder", "resume", "long-page", "long-resume"])
+    # Python reads NaN, which /resume.json would then serve to parsers that refuse it
+    (break_resume_with_nan, "resume.json: NaN is not a JSON value; write a number, or null, in its place."),
+    (break_resume_with_depth, "resume.json is nested too deeply to read"),
+], ids=["date", "tags", "nul", "link", "folder", "resume", "long-page", "long-resume", "resume-nan", "resume-deep"])
 def test_one_bad_file_is_named_keeps_its_last_good_row_and_the_rest_is_indexed(tmp_path, damage, expected):
     content, settings = small_site(tmp_path)
     before = rows(settings, "SELECT * FROM pages WHERE path = '/about'")
@@ -253,6 +264,13 @@ def test_a_wrong_type_is_reported_with_what_to_write_instead(tmp_path):
         "path-space.md": ("title: T\nkind: page\npath: /my post\n", "line 4: path must be one URL path"),
         "path-double.md": ("title: T\nkind: page\npath: //evil.example\n", "line 4: path must be one URL path"),
         "path-dots.md": ("title: T\nkind: page\npath: /writing/../about\n", "line 4: path must be one URL path"),
+        # served at /a%2520b only: a request's %-escapes are decoded before the lookup
+        "path-escaped.md": ("title: T\nkind: page\npath: /a%20b\n", "line 4: path must be one URL path, without spaces, "
+                            "'?', '#', '%'"),
+        "path-index.md": ("title: T\nkind: page\npath: /index\n",
+                          "line 4: path /index cannot be used: its Markdown twin would be /index.md, the home page's"),
+        "path-twice.md": ("title: T\nkind: page\npath: /k\ntags: [a]\npath: /l\n",
+                          "line 6: front matter is not valid YAML (the key 'path' is written twice; keep one)."),
     }
     for name, (front, _) in faults.items():
         (tmp_path / name).write_text(f"---\n{front}---\nbody\n")
@@ -322,4 +340,35 @@ def test_a_folder_that_cannot_be_read_keeps_its_pages(tmp_path):
     finally:
         (content / "writing").chmod(0o755)
     assert not ok and "writing/ cannot be read" in error
+    assert set(pages(settings)) == {"/about", "/uses", "/writing/first"}
+
+
+def test_line_ends_and_line_breaks_in_titles_are_read_as_markdown_and_one_line(tmp_path):
+    """Windows (CRLF) and old Mac (CR) line ends are line ends; a title or description written over
+    several lines is one line, as the headings and lists it goes into need."""
+    content, settings = small_site(tmp_path)
+    (content / "pages" / "uses.md").write_bytes(page_text("Uses", "/uses").replace("\n", "\r\n").encode())
+    (content / "pages" / "now.md").write_bytes(page_text("Now", "/now").replace("\n", "\r").encode())
+    (content / "pages" / "about.md").write_text(
+        '---\ntitle: "About\\n# me"\ndescription: >-\n  Who\n\n  ## runs this\nkind: page\npath: /about\n---\n'
+        "One.\r\n\r\nTwo.\n")
+    ok, summary = jobs.run_job(settings, "content")
+    assert ok, summary
+    stored = rows(settings, "SELECT path, title, description, body FROM pages WHERE path IN ('/about', '/now', '/uses') "
+                            "ORDER BY path")
+    assert stored == [("/about", "About # me", "Who ## runs this", "One.\n\nTwo.\n"),
+                      ("/now", "Now", "Some words about Now.", "Some words about Now.\n"),
+                      ("/uses", "Uses", "Some words about Uses.", "Some words about Uses.\n")]
+
+
+def test_hidden_files_and_folders_are_not_content(tmp_path):
+    """An editor's lock link, the ._ twin a Mac writes on other disks and a notes app's .trash/ are
+    neither pages nor failures."""
+    content, settings = small_site(tmp_path)
+    os.symlink("owner@laptop.4242:1700000000", content / "pages" / ".#about.md")  # how Emacs marks a file it edits
+    (content / "pages" / "._uses.md").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
+    (content / ".trash").mkdir()
+    (content / ".trash" / "old.md").write_text(page_text("An old draft", "/old-draft"))
+    ok, summary = jobs.run_job(settings, "content")
+    assert ok and "0 failed" in summary, summary
     assert set(pages(settings)) == {"/about", "/uses", "/writing/first"}

@@ -6,8 +6,14 @@ import xml.etree.ElementTree as ET
 
 import html5lib
 import pytest
+import requests
+from conftest import make_settings
+from markdown_it import MarkdownIt
 from openapi_spec_validator import validate
+from servers import serve_wsgi
 
+import jobs
+from app import make_app
 from siteapi import resume, tokens
 
 
@@ -239,7 +245,7 @@ def test_markdown_twin_routes_answer_as_openapi_describes_them(api, checker, pat
     r = api.get(path)
     documented = checker.resolve(checker.doc["paths"][path]["get"]["responses"]["200"])
     assert r.status_code == 200 and r.headers["Content-Type"].split(";")[0] in documented["content"]
-    assert set(documented["headers"]) == {"x-markdown-tokens", "RateLimit-Policy", "RateLimit", "Link"}
+    assert set(documented["headers"]) == {"x-markdown-tokens", "ETag", "RateLimit-Policy", "RateLimit", "Link"}
     assert all(name in r.headers for name in documented["headers"]), r.headers
     assert int(r.headers["x-markdown-tokens"]) == tokens.count(r.text)
 
@@ -270,3 +276,121 @@ def test_agent_card_and_skills_list_the_mcp_tools(api):
         assert md.text.startswith(f"---\nname: {skill['name']}\n")
         assert hashlib.sha256(md.content).hexdigest() == skill["sha256"]
     assert api.get("/.well-known/agent-skills/nope/SKILL.md").status_code == 404
+
+
+DOCUMENTS = ["/llms.txt", "/llms-full.txt", "/robots.txt", "/sitemap.xml", "/.well-known/api-catalog", "/openapi.json",
+             "/developers", "/developers.md", "/resume.json", "/resume.md"]
+
+
+@pytest.mark.parametrize("path, accept", [(path, "") for path in DOCUMENTS] + [
+    ("/developers", "text/markdown"), ("/about", "text/html"), ("/about", "text/markdown"), ("/about.md", ""),
+    ("/", "text/html"), ("/index.md", "")])
+def test_documents_and_pages_answer_if_none_match_with_304(api, checker, path, accept):
+    """Their Cache-Control asks browsers to revalidate (max-age=0) or caches to after an hour: a
+    validator makes that a 304 instead of the whole body again."""
+    first = api.get(path, headers={"Accept": accept})
+    etag = first.headers["ETag"]
+    # weak: the edge compresses these bodies and passes the ETag on as it is
+    assert first.status_code == 200 and re.fullmatch(r'W/"[0-9a-f]{32}"', etag), first.headers
+    for method, sent in (("GET", etag), ("HEAD", etag), ("GET", f'"stale", {etag.removeprefix("W/")}'), ("GET", "*")):
+        again = api.request(method, path, headers={"Accept": accept, "If-None-Match": sent})
+        assert again.status_code == 304 and again.content == b"", (method, sent)
+        assert again.headers["ETag"] == etag and again.headers["Cache-Control"] == first.headers["Cache-Control"]
+        assert again.headers.get("Vary") == first.headers.get("Vary")
+    changed = api.get(path, headers={"Accept": accept, "If-None-Match": '"0123456789abcdef0123456789abcdef"'})
+    assert changed.status_code == 200 and changed.content == first.content
+    if path in checker.doc["paths"]:
+        responses = checker.doc["paths"][path]["get"]["responses"]
+        assert "304" in responses and "ETag" in checker.resolve(responses["200"])["headers"], path
+
+
+def test_a_page_and_its_markdown_have_different_etags(api):
+    html, md = (api.get("/about", headers={"Accept": accept}) for accept in ("text/html", "text/markdown"))
+    assert html.headers["Vary"] == md.headers["Vary"] == "Accept"
+    assert html.headers["ETag"] != md.headers["ETag"]
+    stale = api.get("/about", headers={"Accept": "text/markdown", "If-None-Match": html.headers["ETag"]})
+    assert stale.status_code == 200 and stale.text == md.text
+
+
+ODD_PAGES = {
+    "home.md": 'title: Home\ndescription: The home page.\nkind: page\npath: /\n',
+    "odd.md": ('title: "Arrays]: notes on [draft\\n# Not a heading"\ndescription: |\n  First line\n  ## not a section\n'
+               'kind: page\npath: /notes/café-(draft)\n'),
+    "quote.md": "title: Don't 'quote' me\nkind: writing\ndate: 2026-01-02\npath: /writing/it's-<fine>\n",
+    "plain.md": "title: Plain\ndescription: A plain page.\nkind: document\npath: /documents/plain\n",
+}
+
+
+@pytest.fixture(scope="module")
+def odd_site(tmp_path_factory):
+    """A site whose pages have a title with brackets and a line break, a description of two lines,
+    and paths with non-ASCII letters, parentheses, a quote and angle brackets."""
+    tmp = tmp_path_factory.mktemp("odd")
+    for name, front in ODD_PAGES.items():
+        (tmp / "content").mkdir(exist_ok=True)
+        (tmp / "content" / name).write_text(f"---\n{front}---\nWords about this page.\n", encoding="utf-8")
+    settings = make_settings(tmp, content_dir=tmp / "content")
+    ok, summary = jobs.run_job(settings, "content")
+    assert ok, summary
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        yield base
+
+
+def fetch(base, url):
+    """GET an absolute URL a document names, on the test server."""
+    assert url.startswith("https://aadhar.sh/"), url
+    return requests.get(base + url.removeprefix("https://aadhar.sh"), timeout=30, allow_redirects=False)
+
+
+def markdown_links(text):
+    """(text, href) of every link in `text` as a CommonMark reader sees them."""
+    links, label = [], None
+    for block in MarkdownIt("commonmark").parse(text):
+        for token in block.children or []:
+            if token.type == "link_open":
+                href, label = token.attrs["href"], ""
+            elif token.type == "link_close":
+                links.append((label, href))
+                label = None
+            elif label is not None:
+                label += token.content
+    return links
+
+
+def test_odd_titles_and_paths_leave_llms_txt_one_list_of_links_that_answer(odd_site):
+    text = requests.get(odd_site + "/llms.txt", timeout=30).text
+    lines = text.splitlines()
+    assert [line for line in lines if line.startswith("# ")] == ["# aadhar.sh"]
+    assert [line[3:] for line in lines if line.startswith("## ")] == ["API", "Pages", "Writing", "Documents"]
+    section_lines = lines[lines.index("## Pages"):]
+    assert all(line == "" or line.startswith(("## ", "- [")) for line in section_lines), section_lines
+    pages = dict(markdown_links(text[text.index("## Pages"):]))
+    assert set(pages) == {"Home", "Arrays]: notes on [draft # Not a heading", "Don't 'quote' me", "Plain"}, pages
+    # the reference parser (PyPI llms-txt) reads a link's URL up to the first ')'
+    reference_urls = re.findall(r"^-\s*\[[^\n]*?\]\((?P<url>[^)]+)\)", text, re.M)
+    assert set(pages.values()) <= set(reference_urls)
+    for url in pages.values():
+        twin = fetch(odd_site, url)
+        assert twin.status_code == 200 and twin.headers["Content-Type"] == "text/markdown; charset=utf-8", url
+        title, _, quote, *_ = twin.text.split("\n")
+        assert title.startswith("# ") and quote.startswith("> "), twin.text
+    assert "- [Arrays\\]: notes on \\[draft # Not a heading](" in text
+    assert ": First line ## not a section\n" in text
+
+
+def test_odd_paths_are_uris_in_the_sitemap_and_llms_full(odd_site):
+    root = ET.fromstring(requests.get(odd_site + "/sitemap.xml", timeout=30).content)
+    locs = [e.text for e in root.findall("{http://www.sitemaps.org/schemas/sitemap/0.9}url/"
+                                         "{http://www.sitemaps.org/schemas/sitemap/0.9}loc")]
+    assert "https://aadhar.sh/notes/caf%C3%A9-%28draft%29" in locs
+    full = requests.get(odd_site + "/llms-full.txt", timeout=30).text
+    autolinks = re.findall(r"^<(.*)>$", full, re.M)
+    assert len(autolinks) == len(ODD_PAGES) and len(locs) == len(ODD_PAGES) + 1  # and /developers
+    for url in locs + autolinks:
+        assert re.fullmatch(r"https://aadhar\.sh/[A-Za-z0-9\-._~!$&*+,;=:@/%]*", url), url  # RFC 3986, nothing to escape
+        page = fetch(odd_site, url)
+        assert page.status_code == 200 and page.headers["Content-Type"] == "text/html; charset=utf-8", url
+    html = fetch(odd_site, "https://aadhar.sh/notes/caf%C3%A9-%28draft%29").text
+    assert '<link rel="alternate" type="text/markdown" href="/notes/caf%C3%A9-%28draft%29.md">' in html
+    near = requests.get(odd_site + "/notes/cafe-(draft)", headers={"Accept": "application/json"}, timeout=30)
+    assert near.status_code == 404 and "https://aadhar.sh/notes/caf%C3%A9-%28draft%29" in near.json()["suggestions"]
