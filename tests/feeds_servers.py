@@ -231,6 +231,13 @@ class SpotifyServer(LoopbackServer):
         if parts.path == prefix + "/tracks" and self.fault == "loop":  # removed tracks, `next` pointing back
             page = self.page(0) | {"items": [self.items[2]], "next": f"{self.url}{parts.path}?offset=0"}
             return self.send(handler, 200, json.dumps(page))
+        if parts.path == prefix + "/tracks" and self.fault == "endless":  # empty pages whose `next` never ends
+            offset = int(query.get("offset", ["0"])[0])
+            if offset > 100 * self.PAGE:  # a client still paging after a hundred empty pages would never stop
+                return self.send(handler, 500, '{"error":{"status":500,"message":"Server error"}}')
+            page = self.page(offset) if offset < len(self.items) else self.page(offset) | {"items": []}
+            next_url = f"{self.url}{parts.path}?offset={offset + self.PAGE}"
+            return self.send(handler, 200, json.dumps(page | {"next": next_url}))
         if parts.path == prefix + "/tracks":
             return self.send(handler, 200, json.dumps(self.page(int(query.get("offset", ["0"])[0]))))
         if parts.path == "/v1/artists":
@@ -271,6 +278,7 @@ class FirmServer(LoopbackServer):
         self.robots = robots
         self.robots_status = robots_status
         self.page_status = 200
+        self.last_modified = "Tue, 03 Nov 2026 10:00:00 GMT"
         super().__init__()
 
     def homepage(self) -> str:
@@ -279,10 +287,20 @@ class FirmServer(LoopbackServer):
                 f'<meta property="og:image" content="{self.og_image}"></head><body><h1>{self.title}</h1>'
                 + "<p>portfolio</p>" * 50 + "</body></html>")
 
+    def noisy_homepage(self) -> str:
+        """The homepage as a CDN serves it: a fresh nonce, challenge token and obfuscated e-mail link
+        in every answer, and the same words."""
+        token = secrets.token_hex(8)
+        return self.homepage().replace("<head>", f'<head><script nonce="{token}">window.__CF$cv$params='
+                                       f'{{r:"{token}",t:"{time.time()}"}}</script>').replace(
+            "</h1>", f'</h1><a href="/cdn-cgi/l/email-protection#{token}" data-cfemail="{token}">[email protected]</a>')
+
     def respond(self, handler):
         path = urlsplit(handler.path).path
         if path == "/robots.txt":
             return self.send(handler, self.robots_status, self.robots, "text/plain")
+        if self.fault == "noise":
+            return self.send(handler, 200, self.noisy_homepage(), "text/html; charset=utf-8")
         if self.fault == "slow":  # longer than the crawl's time limit in the tests, until the server closes
             self.closed.wait(10)
         if self.fault == "huge":
@@ -290,7 +308,7 @@ class FirmServer(LoopbackServer):
         if path in ("/", "/home"):
             return self.send(handler, self.page_status, self.homepage().encode(self.encoding),
                              f"text/html; charset={self.encoding}",
-                             {"Last-Modified": "Tue, 03 Nov 2026 10:00:00 GMT"})
+                             {"Last-Modified": self.last_modified})
         if path == "/old":
             return self.send(handler, 301, "", "text/plain", {"Location": "/home"})
         self.send(handler, 404, "not found", "text/plain")

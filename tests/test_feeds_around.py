@@ -273,3 +273,51 @@ def test_og_images_are_uris_or_nothing(tmp_path):
     finally:
         for server in firms.values():
             server.close()
+
+
+def test_a_homepage_that_changes_only_in_noise_is_no_change(tmp_path):
+    """Nonces, challenge tokens and obfuscated e-mail links differ in every answer of many homepages:
+    the body hash changes each crawl, the words a visitor reads do not."""
+    server = FirmServer("Noisy Capital")
+    server.fault = "noise"
+    try:
+        settings = make_settings(tmp_path, {"around_roster": [{"name": "Noisy", "url": server.url + "/"}]})
+        run_around(settings, fetcher=loopback_fetcher(settings))
+        first = report(reader(settings))["results"][0]["bodyHash"]
+        assert run_around(settings, fetcher=loopback_fetcher(settings)).endswith("0 changed")
+        assert report(reader(settings))["results"][0]["bodyHash"] != first  # the bytes did change
+        assert changes(reader(settings))["changes"] == []
+        server.title = "Noisy Capital II"  # the <title> and the page's <h1>
+        run_around(settings, fetcher=loopback_fetcher(settings))
+        (found,) = changes(reader(settings))["changes"]
+        assert {c["field"] for c in found["changes"]} == {"title", "content"}
+        content = next(c for c in found["changes"] if c["field"] == "content")
+        assert content["after"] == report(reader(settings))["results"][0]["bodyHash"]  # shown as body hashes
+    finally:
+        server.close()
+
+
+def test_rows_stored_before_the_text_hash_compare_their_bodies(tmp_path, firms):
+    settings = settings_for(tmp_path, firms)
+    run_around(settings, fetcher=loopback_fetcher(settings))
+    conn = db.writer(settings.db_path)
+    with db.transaction(conn):
+        conn.execute("UPDATE around_results SET text_hash = NULL")
+    conn.close()
+    run_around(settings, fetcher=loopback_fetcher(settings))
+    assert changes(reader(settings))["changes"] == []  # same bodies: no change from the upgrade itself
+    firms["Alpha"].title = "Alpha Ventures II"
+    run_around(settings, fetcher=loopback_fetcher(settings))
+    assert [c["name"] for c in changes(reader(settings))["changes"]] == ["Alpha"]
+
+
+def test_a_huge_last_modified_header_is_clipped_like_the_other_headers(tmp_path):
+    server = FirmServer("Headers")
+    server.last_modified = "Tue, 03 Nov 2026 10:00:00 GMT" + " x" * 1500
+    try:
+        settings = make_settings(tmp_path, {"around_roster": [{"name": "Headers", "url": server.url + "/"}]})
+        run_around(settings, fetcher=loopback_fetcher(settings))
+        row = report(reader(settings))["results"][0]
+        assert row["lastModified"].startswith("Tue, 03 Nov 2026") and len(row["lastModified"]) == 300
+    finally:
+        server.close()

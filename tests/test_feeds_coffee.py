@@ -171,6 +171,13 @@ def test_unreadable_storage_fails_closed(tmp_path, feed):
 
 
 MINUTELY = calendar(event("spam", "DTSTART:20270301T100000Z", "DTEND:20270301T100100Z", "RRULE:FREQ=MINUTELY"))
+# Every minute and every half minute without saying MINUTELY or SECONDLY: by BY lists. The same with
+# 60 BYSECOND values takes minutes to expand before the 5,000-event cap can refuse it.
+EVERY_MINUTE = calendar(event("spam", "DTSTART:20270301T000000Z", "DTEND:20270301T000100Z",
+                              "RRULE:FREQ=DAILY;BYHOUR=" + ",".join(map(str, range(24)))
+                              + ";BYMINUTE=" + ",".join(map(str, range(60)))))
+TWICE_A_MINUTE = calendar(event("spam", "DTSTART:20270301T000000Z", "DTEND:20270301T000001Z",
+                                "RRULE:FREQ=HOURLY;BYSECOND=0,30"))
 
 
 @pytest.mark.parametrize("fault,ics,message", [
@@ -181,6 +188,8 @@ MINUTELY = calendar(event("spam", "DTSTART:20270301T100000Z", "DTEND:20270301T10
     (None, "<!doctype html><title>Sign in</title>", "not a valid iCalendar"),
     (None, "BEGIN:VCARD\r\nVERSION:4.0\r\nFN:Someone\r\nEND:VCARD\r\n", "not a VCALENDAR"),
     (None, MINUTELY, "every second or minute"),
+    (None, EVERY_MINUTE, "every second or minute"),
+    (None, TWICE_A_MINUTE, "every second or minute"),
 ])
 def test_faults_keep_the_last_busy_list(tmp_path, feed, fault, ics, message):
     settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
@@ -239,3 +248,13 @@ def test_an_event_with_a_broken_rule_is_skipped_and_the_rest_kept(tmp_path, feed
     days = by_day(read(settings, NOW)["slots"])
     assert "12:00" not in days["2027-03-11"] and "10:00" not in days["2027-03-12"]
     assert "09:45" in days["2027-03-11"]  # the broken rule's 10:00-11:00 holds nothing
+
+
+def test_an_event_without_a_start_is_skipped_and_the_rest_kept(tmp_path, feed):
+    """An event with no DTSTART has no time to block; it must not cost the owner every other event."""
+    settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
+    feed.ics = calendar(event("startless", "DTEND:20270311T160000Z"),
+                        event("good", "DTSTART;TZID=America/New_York:20270311T120000",
+                              "DTEND;TZID=America/New_York:20270311T130000"))
+    assert "1 busy intervals" in run_calendar(settings, now=NOW)
+    assert "12:00" not in by_day(read(settings, NOW)["slots"])["2027-03-11"]

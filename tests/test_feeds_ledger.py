@@ -247,3 +247,31 @@ def test_reader_errors_carry_the_ledger_body(tmp_path, log):
     with pytest.raises(ApiError) as caught:
         ledger(sqlite3.connect(broken), settings)
     assert caught.value.status == 502 and caught.value.body["line_items"] == []
+
+
+@pytest.mark.parametrize("damage", ["cut short", "corrupted"])
+def test_a_damaged_rolled_gz_is_read_as_far_as_it_goes_then_the_job_moves_on(tmp_path, log, damage):
+    """A rolled .gz whose plain copy is gone stays damaged: it must not fail every run from then on."""
+    settings = settings_for(tmp_path, log)
+    append(log, caddy_line("/a", UA["gptbot"]))
+    run_ledger(settings)
+    append(log, *(caddy_line(f"/b{i}/{'x' * (i % 97)}", UA["gptbot"]) for i in range(3000)))
+    roll(log, "2026-11-20T01-00-00.000", compress=True)
+    rolled = log.parent / "access-2026-11-20T01-00-00.000.log.gz"
+    data = rolled.read_bytes()
+    middle = len(data) // 2
+    rolled.write_bytes(data[:middle] if damage == "cut short" else data[:middle] + bytes(256) + data[middle + 256:])
+    append(log, caddy_line("/c", UA["claudebot"]))
+    assert "may be missing" in run_ledger(settings)
+    counted = hits(settings)
+    assert counted["claudebot"] == 1 and 1 < counted["gptbot"] < 3001  # the readable part of the rolled file
+    append(log, caddy_line("/d", UA["claudebot"]))
+    assert "read 1 log lines" in run_ledger(settings)
+    assert hits(settings) == {**counted, "claudebot": 2}
+
+
+def test_a_line_nested_past_the_stack_is_malformed_not_fatal(tmp_path, log):
+    settings = settings_for(tmp_path, log)
+    append(log, "[" * 100_000 + "\n", caddy_line("/a", UA["gptbot"]))
+    assert "1 malformed lines skipped" in run_ledger(settings)
+    assert hits(settings) == {"gptbot": 1}

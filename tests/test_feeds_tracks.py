@@ -90,7 +90,7 @@ def test_refused_credentials_fail_and_nothing_stored_is_a_502(tmp_path, spotify,
 
 @pytest.mark.parametrize("fault,message", [
     ("500", "HTTP 500"), ("slow", "could not be reached|time limit"), ("malformed", "not JSON"), ("huge", "more than"), ("schema", "unexpected shape"),
-    ("loop", "back at a page it already sent"),
+    ("loop", "back at a page it already sent"), ("endless", "empty page"),
 ])
 def test_faults_keep_the_last_good_copy(tmp_path, spotify, fault, message):
     settings = settings_for(tmp_path, spotify)
@@ -173,6 +173,25 @@ def test_artist_pictures_over_http(tmp_path, spotify, checker):
     assert r.status_code == 200
     assert [a["image_url"] for a in r.json()["tracks"][0]["artists"]] == [
         "https://i.scdn.co/image/ab6761610000e5eb00640", None]
+
+
+def test_fields_of_the_wrong_type_are_dropped_and_the_rest_served(tmp_path, spotify, checker):
+    """Spotify's answers are outside input: a field of an unexpected type becomes null instead of
+    failing the refresh or reaching clients in a shape /openapi.json does not promise."""
+    settings = settings_for(tmp_path, spotify)
+    track = spotify.items[0]["track"]
+    track["external_urls"] = "https://open.spotify.com/track/x"
+    track["duration_ms"] = True
+    track["album"] = {"name": 7, "images": 640}
+    track["artists"][0].update(id=12345, external_urls={"spotify": ["https://open.spotify.com/artist/x"]})
+    assert "5 tracks" in run_tracks(settings)
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        r = Client(base, checker).get("/rn/tracks")  # validated against /openapi.json
+    first = r.json()["tracks"][0]
+    assert first["title"] == "Song 0" and first["spotify_url"] == f"https://open.spotify.com/track/{first['id']}"
+    assert (first["duration_ms"], first["album"], first["image_url"]) == (None, None, None)
+    assert {k: first["artists"][0][k] for k in ("id", "name", "spotify_url")} == {"id": None, "name": "Artist 0",
+                                                                                  "spotify_url": None}
 
 
 @pytest.mark.parametrize("fault", ["500", "malformed"])

@@ -3,12 +3,14 @@
 Each firm's robots.txt is asked first (Google's parser, our product token): a 4xx robots.txt
 allows everything, a 5xx or unreachable one skips the firm this run. Allowed homepages are
 fetched 4 at a time with a 4 s limit and a 200 KB body cap, through a `fetch` callable so the
-lens's SSRF-safe fetcher can be plugged in. Per firm and crawl the store keeps head fields and a
-SHA-256 of the bounded body, never the body itself. Change records between a firm's consecutive
-observations are computed when a crawl is stored (a run skipped for an unavailable robots.txt
-observed nothing, so it is shown in its snapshot but neither compared nor compared against); crawls and changes older than 90 days are pruned. A
-crawl that reached no firm (each one failed or had no readable robots.txt) is an outage on our
-side: it fails and stores nothing, so the last snapshot stays and the radar stays quiet.
+lens's SSRF-safe fetcher can be plugged in. Per firm and crawl the store keeps head fields, a
+SHA-256 of the bounded body and one of its visible text, never the body itself. Change records
+between a firm's consecutive observations are computed when a crawl is stored; `content` changes
+when the words a visitor reads change, so per-request noise in scripts and attributes (nonces,
+tokens) is no change. A run skipped for an unavailable robots.txt observed nothing, so it is shown
+in its snapshot but neither compared nor compared against. Crawls and changes older than 90 days
+are pruned. A crawl that reached no firm (each one failed or had no readable robots.txt) is an
+outage on our side: it fails and stores nothing, so the last snapshot stays and the radar stays quiet.
 """
 from __future__ import annotations
 
@@ -62,6 +64,7 @@ CREATE TABLE IF NOT EXISTS around_results (
     skipped TEXT,                   -- robots | robots_unavailable
     error TEXT,
     elapsed_ms INTEGER,
+    text_hash TEXT,                 -- SHA-256 of the visible text, for HTML; what `content` compares
     PRIMARY KEY (crawl_id, target)
 );
 CREATE INDEX IF NOT EXISTS around_results_target ON around_results(target, crawl_id);
@@ -77,7 +80,8 @@ CREATE TABLE IF NOT EXISTS around_changes (
 );
 CREATE INDEX IF NOT EXISTS around_changes_observed ON around_changes(observed_at);
 """
-ADDED_COLUMNS = {"around_crawls": {"signed_with": "TEXT"}}  # Web Bot Auth came after the first crawls
+# Web Bot Auth and the visible-text hash came after the first crawls
+ADDED_COLUMNS = {"around_crawls": {"signed_with": "TEXT"}, "around_results": {"text_hash": "TEXT"}}
 
 ROSTER = (
     ("Paradigm", "https://www.paradigm.xyz/"),
@@ -178,9 +182,9 @@ def _clip(text: str | None) -> str | None:
     return text[:TEXT_CAP] or None
 
 
-def _head_fields(body: bytes, content_type: str | None, base_url: str) -> dict:
+def _page_fields(body: bytes, content_type: str | None, base_url: str) -> dict:
     if "html" not in (content_type or "html").lower():
-        return {"title": None, "description": None, "og_image": None}
+        return {"title": None, "description": None, "og_image": None, "text_hash": None}
     tree = HTMLParser(decode_text(body, content_type or "", sniff_meta=True)[0])
 
     def meta(*selectors):
@@ -196,7 +200,18 @@ def _head_fields(body: bytes, content_type: str | None, base_url: str) -> dict:
         "title": _clip(title_node.text() if title_node else meta('meta[property="og:title"]')),
         "description": _clip(meta('meta[name="description"]', 'meta[property="og:description"]')),
         "og_image": _image_url(base_url, og_image) if og_image else None,
+        "text_hash": _text_hash(tree),
     }
+
+
+def _text_hash(tree: HTMLParser) -> str | None:
+    """SHA-256 of the words a visitor reads (None without a body): scripts, styles and attributes
+    are left out, so a nonce, a challenge token or an obfuscated e-mail link that changes with
+    every request is no change of content."""
+    tree.strip_tags(["script", "style", "noscript", "template"])
+    if tree.body is None:
+        return None
+    return hashlib.sha256(" ".join(tree.body.text(separator=" ").split()).encode()).hexdigest()
 
 
 def _image_url(base_url: str, written: str) -> str | None:
@@ -215,7 +230,7 @@ def crawl_firm(fetch: Fetch, firm: dict) -> dict:
     row = {"target": firm["url"], "name": firm["name"], "observed_at": db.now_iso(), "final_url": None,
            "status": None, "title": None, "description": None, "og_image": None, "server": None,
            "last_modified": None, "content_type": None, "body_hash": None, "bytes_read": None,
-           "truncated": 0, "robots_rule": None, "skipped": None, "error": None}
+           "truncated": 0, "robots_rule": None, "skipped": None, "error": None, "text_hash": None}
     row["robots"], row["robots_rule"], row["skipped"] = _robots_verdict(fetch, firm["url"])
     if not row["skipped"]:
         try:
@@ -223,9 +238,9 @@ def crawl_firm(fetch: Fetch, firm: dict) -> dict:
                         headers={"User-Agent": PRODUCT_USER_AGENT, "Accept": "text/html,*/*;q=0.5"})
             ctype = got.headers.get("content-type")
             row.update(status=got.status, final_url=got.final_url, server=_clip(got.headers.get("server")),
-                       last_modified=got.headers.get("last-modified"), content_type=_clip(ctype),
+                       last_modified=_clip(got.headers.get("last-modified")), content_type=_clip(ctype),
                        body_hash=hashlib.sha256(got.body).hexdigest(), bytes_read=len(got.body),
-                       truncated=int(got.truncated), **_head_fields(got.body, ctype, got.final_url))
+                       truncated=int(got.truncated), **_page_fields(got.body, ctype, got.final_url))
         except Exception as exc:
             row["error"] = _clip(str(exc) or exc.__class__.__name__) if isinstance(exc, FeedError) else \
                 f"{exc.__class__.__name__}: the homepage could not be fetched"
@@ -237,10 +252,18 @@ def _live(row) -> bool:
     return not row["skipped"] and not row["error"] and bool(row["body_hash"])
 
 
+def _same_content(before, after) -> bool:
+    """The visible texts when both rows have one (rows stored before it compare their bodies)."""
+    if before["text_hash"] and after["text_hash"]:
+        return before["text_hash"] == after["text_hash"]
+    return before["body_hash"] == after["body_hash"]
+
+
 def diff(before, after) -> tuple[str, list[dict]] | None:
-    """(severity, field changes) between two rows of one firm, or None when nothing changed."""
+    """(severity, field changes) between two rows of one firm, or None when nothing changed.
+    A content change is shown as the two body hashes, the ones /around/json reports."""
     changes = [{"field": f, "before": before[f], "after": after[f]} for f in COMPARED if before[f] != after[f]]
-    if _live(before) and _live(after) and before["body_hash"] != after["body_hash"]:
+    if _live(before) and _live(after) and not _same_content(before, after):
         changes.append({"field": "content", "before": before["body_hash"], "after": after["body_hash"]})
     if not changes:
         return None

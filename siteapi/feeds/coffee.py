@@ -90,15 +90,18 @@ def _instant(value, zone: ZoneInfo, end_of_day: bool = False) -> dt.datetime:
     return dt.datetime.combine(value, dt.time(0), tzinfo=zone).astimezone(UTC)
 
 
-def _frequencies(event) -> set[str]:
-    """The FREQ values of an event's RRULEs (there may be several); none for a rule that does not
-    parse, which the expansion then skips as a bad series."""
+def _repeats_within_the_hour(event) -> bool:
+    """True when one of an event's RRULEs (there may be several) repeats more than once an hour: by
+    FREQ=SECONDLY or MINUTELY, or by listing several BYSECOND or BYMINUTE values (a daily rule that
+    lists every second takes minutes to expand). False for a rule that does not parse, which the
+    expansion then skips as a bad series."""
     rules = event.get("RRULE")
     try:
-        return {str(f).upper() for rule in (rules if isinstance(rules, list) else [rules] if rules is not None else [])
-                for f in rule.get("FREQ", [])}
+        return any({str(f).upper() for f in rule.get("FREQ", [])} & {"SECONDLY", "MINUTELY"}
+                   or len(rule.get("BYSECOND", [])) > 1 or len(rule.get("BYMINUTE", [])) > 1
+                   for rule in (rules if isinstance(rules, list) else [rules] if rules is not None else []))
     except Exception:  # icalendar hands back a broken property that raises on any access
-        return set()
+        return False
 
 
 def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datetime) -> list[tuple[int, int]]:
@@ -109,16 +112,19 @@ def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datet
         raise FeedError("The calendar feed is not a valid iCalendar (ICS) document.") from None
     if calendar.name != "VCALENDAR":
         raise FeedError("The calendar feed is not a VCALENDAR.")
-    if any(_frequencies(event) & {"SECONDLY", "MINUTELY"} for event in calendar.walk("VEVENT")):
-        raise FeedError("The calendar feed has an event repeating every second or minute; it is refused.")
+    if any(_repeats_within_the_hour(event) for event in calendar.walk("VEVENT")):
+        raise FeedError("The calendar feed has an event repeating more than once an hour (every second or minute); "
+                        "it is refused.")
+    # An event without a start has no time to block, and recurring_ical_events fails the whole feed on it.
+    for component in calendar.walk():
+        component.subcomponents = [c for c in component.subcomponents
+                                   if c.name != "VEVENT" or c.get("DTSTART") is not None]
     spans = []
     try:
         for event in recurring_ical_events.of(calendar, skip_bad_series=True).between(start, end):
             if str(event.get("STATUS", "")).upper() == "CANCELLED":
                 continue
             if str(event.get("TRANSP", "OPAQUE")).upper() == "TRANSPARENT":
-                continue
-            if event.get("DTSTART") is None:
                 continue
             first = event["DTSTART"].dt
             last = event["DTEND"].dt if event.get("DTEND") is not None else None

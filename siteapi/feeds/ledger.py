@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import zlib
 from pathlib import Path
 
 from siteapi import db
@@ -120,7 +121,7 @@ def parse_line(line: bytes) -> tuple[str, str, str] | None | bool:
     """(day, bot key, path) for a counted crawler hit; None for a line not counted; False if malformed."""
     try:
         entry = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: brackets nested past Python's stack
         return False
     if not isinstance(entry, dict):
         return False
@@ -155,24 +156,31 @@ def read_new_lines(log: Path, state) -> dict:
             with _open(path) as f:
                 f.seek(start)
                 consumed = start
-                for line in f:
-                    if live and not line.endswith(b"\n"):
-                        break  # Caddy is still writing it; read it next run
-                    consumed += len(line)
-                    if not line.strip():
-                        continue
-                    lines += 1
-                    parsed = parse_line(line)
-                    if parsed is False:
-                        malformed += 1
-                    elif parsed:
-                        counts[parsed] = counts.get(parsed, 0) + 1
+                try:
+                    for line in f:
+                        if live and not line.endswith(b"\n"):
+                            break  # Caddy is still writing it; read it next run
+                        consumed += len(line)
+                        if not line.strip():
+                            continue
+                        lines += 1
+                        parsed = parse_line(line)
+                        if parsed is False:
+                            malformed += 1
+                        elif parsed:
+                            counts[parsed] = counts.get(parsed, 0) + 1
+                except (EOFError, gzip.BadGzipFile, zlib.error):
+                    if live:
+                        raise
+                    # A rolled .gz cut short or damaged stays so: its readable lines count, the rest is
+                    # reported lost, and the later files are read instead of failing every run from now on.
+                    lost = True
                 if live:  # fingerprint from the same handle: the file may be rolled right after
                     fp_len = min(FINGERPRINT_BYTES, consumed)
                     f.seek(0)
                     fingerprint = (hashlib.sha256(f.read(fp_len)).hexdigest() if fp_len
                                    else _identity(os.fstat(f.fileno())))
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise FeedError(f"The access log {path} could not be read: {exc.__class__.__name__}.") from None
         end_offset = consumed
     return {"counts": counts, "lines": lines, "malformed": malformed, "lost": lost, "files": len(plan),

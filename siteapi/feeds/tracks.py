@@ -128,6 +128,19 @@ def _paging(obj, what: str) -> dict:
     return obj
 
 
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _spotify_url(obj: dict) -> str | None:
+    urls = obj.get("external_urls")
+    return _text(urls.get("spotify")) if isinstance(urls, dict) else None
+
+
 def _track_row(entry, position: int) -> dict | None:
     if not isinstance(entry, dict):
         raise FeedError("A playlist item has an unexpected shape: not an object.")
@@ -138,12 +151,13 @@ def _track_row(entry, position: int) -> dict | None:
     track_id, title = track.get("id"), track.get("name")
     if not isinstance(track_id, str) or not track_id or not isinstance(title, str):
         raise FeedError("A playlist track has an unexpected shape: no id or name.")
+    # Fields of the wrong type are dropped (null), so what is stored always fits the Tracks schema.
     artists = [
-        {"id": a.get("id"), "name": a.get("name"), "spotify_url": (a.get("external_urls") or {}).get("spotify")}
-        for a in track.get("artists") or [] if isinstance(a, dict) and isinstance(a.get("name"), str)
+        {"id": _text(a.get("id")), "name": a["name"], "spotify_url": _spotify_url(a)}
+        for a in _list(track.get("artists")) if isinstance(a, dict) and isinstance(a.get("name"), str)
     ]
     album = track.get("album") if isinstance(track.get("album"), dict) else {}
-    images = [i for i in album.get("images") or [] if isinstance(i, dict) and i.get("url")]
+    images = [i for i in _list(album.get("images")) if isinstance(i, dict) and _text(i.get("url"))]
     duration = track.get("duration_ms")
     return {
         "position": position,
@@ -151,14 +165,14 @@ def _track_row(entry, position: int) -> dict | None:
         "title": title,
         "artists_text": ", ".join(a["name"] for a in artists),
         "artists": artists,
-        "album": album.get("name"),
-        "spotify_url": (track.get("external_urls") or {}).get("spotify") or f"https://open.spotify.com/track/{track_id}",
+        "album": _text(album.get("name")),
+        "spotify_url": _spotify_url(track) or f"https://open.spotify.com/track/{track_id}",
         "song_link_url": f"https://song.link/s/{track_id}",
-        "duration_ms": duration if isinstance(duration, int) else None,
-        "preview_url": track.get("preview_url") if isinstance(track.get("preview_url"), str) else None,
+        "duration_ms": duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
+        "preview_url": _text(track.get("preview_url")),
         "is_explicit": int(bool(track.get("explicit"))),
         "image_url": images[0]["url"] if images else None,  # Spotify lists the largest first
-        "added_at": entry.get("added_at") if isinstance(entry.get("added_at"), str) else None,
+        "added_at": _text(entry.get("added_at")),
     }
 
 
@@ -176,7 +190,7 @@ def _artist_images(session, cfg: dict, creds: tuple[str, str], ids: list[str]) -
         found = data.get("artists") if isinstance(data, dict) else None
         for artist in found if isinstance(found, list) else []:
             if isinstance(artist, dict) and artist.get("id") in batch:
-                urls = [i["url"] for i in artist.get("images") or [] if isinstance(i, dict) and isinstance(i.get("url"), str)]
+                urls = [i["url"] for i in _list(artist.get("images")) if isinstance(i, dict) and _text(i.get("url"))]
                 images[artist["id"]] = urls[0] if urls else None
     return images
 
@@ -211,6 +225,8 @@ def fetch_playlist(settings, known_artists: frozenset[str] = frozenset()) -> tup
                 raise FeedError("The Spotify playlist pointed its next page outside the API.")
             if next_url in pages_seen:
                 raise FeedError("The Spotify playlist pointed its next page back at a page it already sent.")
+            if not page["items"]:  # nothing bounds the paging then: neither rows nor items grow
+                raise FeedError("The Spotify playlist sent an empty page that points to yet another page.")
             pages_seen.add(next_url)
             page = _paging(_api(session, cfg, creds, next_url, "A Spotify playlist page"), "A Spotify playlist page")
         rows = rows[: cfg["max_tracks"]]
@@ -220,7 +236,7 @@ def fetch_playlist(settings, known_artists: frozenset[str] = frozenset()) -> tup
     head = {
         "playlist_id": cfg["playlist_id"],
         "playlist_name": playlist["name"],
-        "playlist_url": (playlist.get("external_urls") or {}).get("spotify"),
+        "playlist_url": _spotify_url(playlist),
         "track_count": len(rows),
         "fetched_at": db.now_iso(),
     }
