@@ -212,9 +212,10 @@ SECTIONS = ("ask", "lens", "feeds")
 
 def check_sections(settings: Settings) -> None:
     """Read every [section] setting once, as its area will, so a bad one stops start-up with its
-    sentence instead of failing the first request or job that reads it."""
+    sentence instead of failing the first request or job that reads it (or being replaced unseen)."""
     # Imported here: each area imports this module for option() and SettingsError.
     from siteapi import ranker
+    from siteapi.feeds import around, coffee, ledger, tracks
     from siteapi.lens import census, cost, fetch, scan
 
     for name in settings.sections:
@@ -225,6 +226,10 @@ def check_sections(settings: Settings) -> None:
     cost.rates(fetch.lens_settings(settings))
     scan.scan_settings(settings)
     census.roster(settings)
+    coffee.rules(settings)
+    tracks.config(settings)
+    around.roster(settings)
+    ledger.options(settings)
 
 
 def load_settings(path: str | os.PathLike | None = None) -> Settings:

@@ -103,6 +103,13 @@ def test_keys_the_file_leaves_out_are_still_overridable(tmp_path, monkeypatch):
     ('"https://example.com/",\n]', '"https://example.com/", 5,\n]', "[lens] census_roster"),
     ("usdPerMtok = 0.2", 'usdPerMtok = "0.2"', "[lens] rates"),  # dropped before, silently
     ("[ask]\n", "[asks]\ndeadline_ms = 9\n[ask]\n", "[asks]"),  # a misspelt section is not ignored
+    # [feeds]: read by the jobs, whose first run came minutes after start-up
+    ("coffee_slot_minutes = 30", 'coffee_slot_minutes = "30"', "[feeds] coffee_slot_minutes"),
+    ("coffee_slot_minutes = 30", "coffee_slot_minutes = 0", "[feeds] coffee_slot_minutes"),
+    ('coffee_timezone = "America/New_York"', 'coffee_timezone = "America/Nowhere"', "[feeds] coffee_timezone"),
+    ('coffee_day_end = "18:00"', "coffee_day_end = 18", "[feeds] coffee_day_end"),
+    ("ledger_rate_usd = 0.01", 'ledger_rate_usd = "1c"', "[feeds] ledger_rate_usd"),
+    ('{ name = "Topology", url = "https://topology.vc/" },', '{ name = "Topology" },', "[feeds] around_roster"),
 ])
 def test_bad_value_in_the_file_names_the_key(tmp_path, old, new, key):
     with pytest.raises(SettingsError) as err:

@@ -10,24 +10,16 @@ import time
 
 import urllib3
 
-from siteapi.config import SettingsError
+from siteapi import config
 
 
 class FeedError(RuntimeError):
     """An outside source could not be read or answered something unusable; the message says which."""
 
 
-def option(settings, key: str, default):
-    """`[feeds] key` from site.toml (or SITE_FEEDS_KEY), coerced to the type of `default`."""
-    raw = settings.section("feeds").get(key, default)
-    if default is None or isinstance(default, (list, dict)) or raw is None:
-        return raw
-    try:
-        if isinstance(default, bool):
-            return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
-        return type(default)(raw)
-    except (TypeError, ValueError):
-        raise SettingsError(f"Setting [feeds] {key} must be like {default!r}, not {raw!r}.") from None
+def option(settings, key: str, default, low: float | None = None, high: float | None = None):
+    """`[feeds] key` from site.toml (or SITE_FEEDS_KEY), checked as config.option checks it."""
+    return config.option(settings, "feeds", key, default, low, high)
 
 
 def read_capped(response, max_bytes: int, deadline: float, what: str) -> tuple[bytes, bool]:

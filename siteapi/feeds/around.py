@@ -28,6 +28,7 @@ import robotstxt
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
 
 from siteapi import db
+from siteapi.config import SettingsError
 from siteapi.feeds import FeedError, option
 from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
 from siteapi.lens.fetch import Fetcher, FetchFailed, FetchRefused, fetcher_from_settings, join_url
@@ -147,11 +148,16 @@ def roster(settings) -> list[dict]:
     if entries is None:
         return [{"name": n, "url": u} for n, u in ROSTER]
     firms = []
-    for entry in entries:
-        if not (isinstance(entry, dict) and isinstance(entry.get("name"), str)
-                and urlsplit(str(entry.get("url", ""))).scheme in ("http", "https")):
-            raise FeedError(f"Each [[feeds.around_roster]] entry needs a name and an http(s) url, not {entry!r}.")
-        firms.append({"name": entry["name"], "url": entry["url"]})
+    for entry in entries if isinstance(entries, list) else [entries]:
+        url = entry.get("url") if isinstance(entry, dict) else None
+        try:
+            usable = isinstance(entry.get("name"), str) and urlsplit(url).scheme in ("http", "https")
+        except (AttributeError, TypeError, ValueError):  # not a table, no url, or a URL urlsplit refuses
+            usable = False
+        if not usable:
+            raise SettingsError(f"Setting [feeds] around_roster lists {entry!r}; each entry needs a name and an "
+                                'http(s) url, such as { name = "USV", url = "https://www.usv.com/" }.')
+        firms.append({"name": entry["name"], "url": url})
     return firms
 
 

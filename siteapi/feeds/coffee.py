@@ -72,14 +72,15 @@ def rules(settings) -> dict:
         "days": {WEEKDAYS.index(d) for d in days},
         "day_start": clock("coffee_day_start", "09:00"),
         "day_end": clock("coffee_day_end", "18:00"),
-        "slot": dt.timedelta(minutes=option(settings, "coffee_slot_minutes", 30)),
-        "buffer": dt.timedelta(minutes=option(settings, "coffee_buffer_minutes", 15)),
-        "notice": dt.timedelta(hours=option(settings, "coffee_notice_hours", 24)),
-        "horizon": dt.timedelta(days=option(settings, "coffee_horizon_days", 14)),
-        "per_day": option(settings, "coffee_max_per_day", 3),
-        "per_week": option(settings, "coffee_max_per_week", 5),
-        "max_age": option(settings, "coffee_max_age_seconds", 900),
+        "slot": dt.timedelta(minutes=option(settings, "coffee_slot_minutes", 30, 5, 480)),
+        "buffer": dt.timedelta(minutes=option(settings, "coffee_buffer_minutes", 15, 0, 240)),
+        "notice": dt.timedelta(hours=option(settings, "coffee_notice_hours", 24, 0, 8760)),
+        "horizon": dt.timedelta(days=option(settings, "coffee_horizon_days", 14, 1, 366)),
+        "per_day": option(settings, "coffee_max_per_day", 3, 0, 1000),
+        "per_week": option(settings, "coffee_max_per_week", 5, 0, 1000),
+        "max_age": option(settings, "coffee_max_age_seconds", 900, 60, 86400),
         "booking_url": option(settings, "booking_url", settings.url("/coffee")),
+        "timeout": option(settings, "calendar_timeout", 10.0, 0.1, 60),
     }
 
 
@@ -173,7 +174,7 @@ def run_calendar(settings, now: dt.datetime | None = None) -> str:
     zone = r["zone"]
     now = (now or dt.datetime.now(UTC)).astimezone(UTC)
     window_end = now + r["horizon"] + EXPAND_MARGIN
-    spans = busy_intervals(fetch_ics(url, option(settings, "calendar_timeout", 10.0)), zone,
+    spans = busy_intervals(fetch_ics(url, r["timeout"]), zone,
                            now - dt.timedelta(days=1), window_end)
     iso = lambda ms: dt.datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     conn = db.writer(settings.db_path)

@@ -225,16 +225,20 @@ def _body(rate: float) -> dict:
             "cost": {"available": False, "reason": "this deployment reports no hosting spend"}}
 
 
+def options(settings) -> tuple[float, int]:
+    """(dollars a page, seconds after which a ledger not read is stale) from [feeds]."""
+    return option(settings, "ledger_rate_usd", 0.01, 0, 1000), option(settings, "ledger_stale_seconds", 3600, 60, 604_800)
+
+
 def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -> dict:
     """The Ledger body, or ApiError 503 `not_configured` / 502 `upstream_failed` carrying the Ledger body."""
-    rate = option(settings, "ledger_rate_usd", 0.01)
+    rate, stale_after = options(settings)
     body = _body(rate)
     if settings.access_log is None:
         raise ApiError(503, "The crawler ledger is not configured on this deployment (no access log).",
                        code="not_configured", **body)
     now = now or dt.datetime.now(dt.timezone.utc)
     since = (now - dt.timedelta(days=WINDOW_DAYS - 1)).strftime("%Y-%m-%d")
-    stale_after = option(settings, "ledger_stale_seconds", 3600)
     unreadable = "The access log behind the crawler ledger could not be read; try again later."
     try:
         state = conn.execute("SELECT read_at FROM ledger_state WHERE id = 1").fetchone()

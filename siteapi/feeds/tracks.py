@@ -64,13 +64,15 @@ _token_lock = threading.Lock()
 _token_cache: dict[tuple[str, str], tuple[str, float]] = {}
 
 
-def _config(settings) -> dict:
+def config(settings) -> dict:
+    """The [feeds] settings the playlist job reads."""
     return {
         "api_base": option(settings, "spotify_api_base", "https://api.spotify.com/v1").rstrip("/"),
         "token_url": option(settings, "spotify_token_url", "https://accounts.spotify.com/api/token"),
         "playlist_id": option(settings, "playlist_id", "").strip(),
-        "timeout": option(settings, "spotify_timeout", 10.0),
-        "max_tracks": option(settings, "max_tracks", 500),
+        "timeout": option(settings, "spotify_timeout", 10.0, 0.1, 60),
+        "max_tracks": option(settings, "max_tracks", 500, 1, 10_000),
+        "artist_cache_days": option(settings, "artist_cache_days", 30, 0, 3650),
     }
 
 
@@ -199,7 +201,7 @@ def fetch_playlist(settings, known_artists: frozenset[str] = frozenset()) -> tup
     """Read the playlist, all its items and the pictures of its artists not in `known_artists` from
     the API; (playlist row, track rows, picture by artist id for the artists looked up). Raises
     FeedError when the playlist fails."""
-    cfg = _config(settings)
+    cfg = config(settings)
     client_id, secret = settings.secret("SPOTIFY_CLIENT_ID"), settings.secret("SPOTIFY_CLIENT_SECRET")
     if not client_id or not secret:
         raise FeedError("Set SITE_SPOTIFY_CLIENT_ID and SITE_SPOTIFY_CLIENT_SECRET to read the playlist.")
@@ -265,7 +267,7 @@ def run_tracks(settings) -> str:
     """Job (hourly): refresh the stored playlist. Raises when it cannot; the old copy stays."""
     if not option(settings, "playlist_id", "").strip():
         return "no playlist set ([feeds] playlist_id); nothing to read"
-    days = option(settings, "artist_cache_days", 30)
+    days = config(settings)["artist_cache_days"]
     recent = _recent_artists(settings, days)
     head, rows, images = fetch_playlist(settings, recent)
     kept = len({a["id"] for row in rows for a in row["artists"]} & recent)
