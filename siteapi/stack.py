@@ -1,12 +1,17 @@
 """`make run`: build site.db on first run, then start the app (waitress), Datasette, the job
 scheduler and, when `caddy` is on PATH, Caddy in front of both; print the addresses; Ctrl-C stops
-every process it started.
+every process it started. It starts nothing while another `make run` serves the same site.db or
+one of its ports is taken, and says which.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +19,9 @@ from pathlib import Path
 
 from siteapi import db, demo_photos
 from siteapi.config import ROOT, SettingsError, load_settings
+
+PORT_VARIABLES = {"app": "SITE_PORT", "datasette": "DATASETTE_PORT", "caddy": "CADDY_PORT"}
+DEFAULT_PORTS = {"datasette": 8001, "caddy": 8080}  # the app's is settings.port (site.toml `port`, default 8000)
 
 DATASETTE_SETTINGS = {
     "base_url": "/data/",
@@ -50,61 +58,149 @@ def first_run(settings) -> None:
             subprocess.run([sys.executable, "jobs.py", "run", job], cwd=ROOT, check=False)
 
 
-def main() -> int:
-    try:
-        settings = load_settings()
-    except SettingsError as exc:
-        print(f"make run: {exc}", file=sys.stderr)
-        return 2
-    first_run(settings)
-    ports = {name: os.environ.get(var, default) for name, var, default in
-             (("app", "SITE_PORT", "8000"), ("data", "DATASETTE_PORT", "8001"), ("caddy", "CADDY_PORT", "8080"))}
-    env = {**os.environ, "SITE_PORT": ports["app"], "DATASETTE_PORT": ports["data"]}
+class StackError(Exception):
+    """make run cannot start; the message says why in one sentence."""
+
+
+@contextlib.contextmanager
+def sole_stack(db_path: Path):
+    """Held while the stack runs: a second `make run` on the same site.db would race the first-run
+    build and start a second scheduler."""
+    with open(f"{db_path}-stack.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StackError(f"Another `make run` is already serving {db_path}; stop it first (Ctrl-C where it "
+                             "runs).") from None
+        yield
+
+
+def port_problem(port: int) -> str | None:
+    with socket.socket() as probe:
+        # A connection closed moments ago (TIME_WAIT) is no listener; with SO_REUSEADDR only a
+        # listener refuses the bind, even one that shares its port through SO_REUSEPORT as Caddy's do.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be opened ({exc.strerror})"
+    return None
+
+
+def env_port(name: str) -> int:
+    variable = PORT_VARIABLES[name]
+    raw = os.environ.get(variable, str(DEFAULT_PORTS[name]))
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise StackError(f"{variable} must be a TCP port from 1 to 65535, not {raw!r}.")
+    return int(raw)
+
+
+def free_ports(settings, with_caddy: bool) -> dict[str, int]:
+    """The stack's ports, each checked free first: a second Caddy would share a taken one silently."""
+    ports = {"app": settings.port, "datasette": env_port("datasette")}
+    if with_caddy:
+        ports["caddy"] = env_port("caddy")
+    if len(set(ports.values())) < len(ports):
+        named = ", ".join(f"{PORT_VARIABLES[name]}={port}" for name, port in ports.items())
+        raise StackError(f"The ports must differ: {named}.")
+    for name, port in ports.items():
+        if problem := port_problem(port):
+            raise StackError(f"Port {port} ({PORT_VARIABLES[name]}, for {name}) {problem} on 127.0.0.1; stop what "
+                             f"holds it (another `make run`?) or set {PORT_VARIABLES[name]} to a free port.")
+    return ports
+
+
+def commands_and_env(settings, ports: dict[str, int], caddy: str | None) -> tuple[dict, dict]:
+    env = {**os.environ, "SITE_PORT": str(ports["app"]), "DATASETTE_PORT": str(ports["datasette"])}
     commands = {
         "app": [sys.executable, "app.py"],
-        "datasette": datasette_command(settings.db_path, int(ports["data"])),
+        "datasette": datasette_command(settings.db_path, ports["datasette"]),
         "jobs": [sys.executable, "jobs.py"],
     }
-    caddy = shutil.which("caddy")
     if caddy:
         access_log = Path(settings.access_log or ROOT / "var" / "access.log")
         access_log.parent.mkdir(parents=True, exist_ok=True)
         access_log.touch()  # the ledger job may read before Caddy's first request creates it
         env.update({"SITE_ADDRESS": f":{ports['caddy']}", "CADDY_BIND": os.environ.get("CADDY_BIND", "127.0.0.1"),
+                    # No admin endpoint: on its default localhost:2019 it would share the port with any
+                    # other Caddy there (Debian's own caddy.service), whose reloads could land on this one.
+                    "CADDY_ADMIN": os.environ.get("CADDY_ADMIN", "off"),
                     "SITE_IMAGES_DIR": str(settings.images_dir),
                     "SITE_ORIGINALS_PUBLIC": "true" if settings.originals_public else "false",
                     "SITE_ACCESS_LOG": str(access_log)})
         commands["caddy"] = [caddy, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"]
-    procs = {name: subprocess.Popen(cmd, cwd=ROOT, env=env) for name, cmd in commands.items()}
+    return commands, env
+
+
+def print_addresses(ports: dict[str, int]) -> None:
     print(f"\n  app        http://127.0.0.1:{ports['app']}/", flush=True)
-    print(f"  datasette  http://127.0.0.1:{ports['data']}/  (base_url /data/)")
-    if caddy:
+    print(f"  datasette  http://127.0.0.1:{ports['datasette']}/  (base_url /data/)")
+    if "caddy" in ports:
         print(f"  caddy      http://127.0.0.1:{ports['caddy']}/  (the site, /data/ and /images/ through the edge)")
     else:
         print("  caddy      not on PATH: skipped (apt-get install caddy)")
     print("  jobs       scheduler running; Ctrl-C stops everything\n", flush=True)
 
-    def stop(*_):
-        raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, stop)
+def watch(procs: dict[str, subprocess.Popen]) -> int:
+    """Until Ctrl-C or SIGTERM (0) or until one process stops (1)."""
     try:
         while all(p.poll() is None for p in procs.values()):
             time.sleep(0.5)
-        dead = [name for name, p in procs.items() if p.poll() is not None]
-        print(f"make run: {', '.join(dead)} stopped; stopping the rest.", file=sys.stderr)
     except KeyboardInterrupt:
-        pass
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-    return 0
+        return 0
+    dead = [name for name, p in procs.items() if p.poll() is not None]
+    print(f"make run: {', '.join(dead)} stopped; stopping the rest.", file=sys.stderr)
+    return 1
+
+
+def stop(procs: dict[str, subprocess.Popen]) -> None:
+    for p in procs.values():
+        if p.poll() is None:
+            p.terminate()
+    for p in procs.values():
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def start() -> int:
+    settings = load_settings()
+    caddy = shutil.which("caddy")
+    with sole_stack(settings.db_path):
+        ports = free_ports(settings, bool(caddy))
+        first_run(settings)
+        commands, env = commands_and_env(settings, ports, caddy)
+        procs: dict[str, subprocess.Popen] = {}
+        try:
+            for name, cmd in commands.items():
+                procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env)
+            print_addresses(ports)
+            return watch(procs)
+        finally:
+            stop(procs)
+
+
+def interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def main() -> int:
+    # Set before anything starts, so that no signal leaves a child behind; SIGINT too, which a shell
+    # ignores in a job it puts in the background.
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        return start()
+    except SettingsError as exc:
+        print(f"make run: {exc}", file=sys.stderr)
+        return 2
+    except StackError as exc:
+        print(f"make run: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
 
 
 if __name__ == "__main__":

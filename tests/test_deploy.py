@@ -1,11 +1,13 @@
-"""The systemd units in deploy/ start Datasette as `make run` does (siteapi/stack.py), so what the
-tests prove of the one holds for the other."""
+"""The systemd units in deploy/ start the app, the jobs, Datasette and Caddy as `make run` does
+(siteapi/stack.py), on the ports and folders the Caddyfile expects, so what the tests prove of the
+one holds for the other."""
 import re
 import shlex
 from pathlib import Path
 
-from conftest import ROOT
-from siteapi.stack import datasette_command
+from conftest import ROOT, make_settings
+from siteapi.config import load_settings
+from siteapi.stack import DEFAULT_PORTS, commands_and_env, datasette_command
 
 
 def exec_start(unit: str) -> list[str]:
@@ -37,3 +39,35 @@ def test_the_datasette_unit_runs_what_make_run_runs():
 def test_the_datasette_unit_is_bounded_in_memory_and_restarts():
     text = (ROOT / "deploy" / "site-datasette.service").read_text()
     assert re.search(r"^MemoryMax=\d+[MG]$", text, re.M) and re.search(r"^Restart=on-failure$", text, re.M)
+
+
+def test_the_units_run_what_make_run_runs(tmp_path):
+    commands, _ = commands_and_env(make_settings(tmp_path), {"app": 8000, "datasette": 8001, "caddy": 8080},
+                                   "/usr/bin/caddy")
+    for unit, name in (("site-app.service", "app"), ("site-jobs.service", "jobs"), ("site-caddy.service", "caddy")):
+        assert [Path(arg).name for arg in exec_start(unit)[1:]] == [Path(arg).name for arg in commands[name][1:]], unit
+
+
+def test_the_caddyfile_defaults_are_what_the_units_and_site_toml_use(monkeypatch):
+    """Production leaves the ports, the images folder and the access log to the Caddyfile's defaults
+    (or sets them in the units): they must be where the app, Datasette and the jobs put them."""
+    monkeypatch.delenv("SITE_PORT", raising=False)
+    caddyfile = (ROOT / "Caddyfile").read_text()
+
+    def default(variable: str) -> str:
+        return re.search(r"\{\$" + variable + r":([^}]+)\}", caddyfile)[1]
+
+    settings = load_settings(ROOT / "site.toml")
+    datasette = options(exec_start("site-datasette.service")[3:])["--port"]
+    assert default("SITE_PORT") == str(settings.port)
+    assert default("DATASETTE_PORT") == datasette == str(DEFAULT_PORTS["datasette"])
+    assert default("SITE_ADDRESS") == f":{DEFAULT_PORTS['caddy']}"
+    images = settings.images_dir.relative_to(ROOT)
+    assert default("SITE_IMAGES_DIR") == str(images)
+    assert unit_environment("site-caddy.service")["SITE_IMAGES_DIR"] == str(Path("/srv/site") / images)
+    assert default("SITE_ACCESS_LOG") == str(settings.access_log.relative_to(ROOT))
+
+
+def unit_environment(unit: str) -> dict[str, str]:
+    text = (ROOT / "deploy" / unit).read_text()
+    return dict(line.split("=", 1) for line in re.findall(r"^Environment=(.*)$", text, re.M))

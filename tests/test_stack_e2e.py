@@ -75,42 +75,69 @@ def test_caddyfile_validates():
     assert "Valid configuration" in out.stdout + out.stderr
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("stack")
-    ports = dict(zip(("SITE_PORT", "DATASETTE_PORT", "CADDY_PORT"), free_ports(3)))
+def stack_env(tmp, ports: dict[str, int]) -> dict[str, str]:
+    """The environment of a `make run` (`python -m siteapi.stack`) of the tests' own, its files in `tmp`."""
     # The project's settings, with the census and the venture-firm crawl pointed at names that never
     # resolve (RFC 2606 .invalid): the scheduler runs both at start and they must not reach the internet.
     (tmp / "site.toml").write_text(re.sub(r"(?ms)^around_roster = \[.*?^\]", 'around_roster = [{ name = "Nowhere", '
                                           'url = "https://around.invalid/" }]', (ROOT / "site.toml").read_text()))
-    env = {**os.environ, **{k: str(v) for k, v in ports.items()},
-           "SITE_CONFIG": str(tmp / "site.toml"), "SITE_CONTENT_DIR": str(ROOT / "content"),
-           "SITE_LENS_CENSUS_ROSTER": "https://census.invalid/",
-           "SITE_DB_PATH": str(tmp / "site.db"), "SITE_ACCESS_LOG": str(tmp / "access.log"),
-           "SITE_PHOTOS_DIR": str(tmp / "originals"), "SITE_IMAGES_DIR": str(tmp / "images"),
-           "CADDY_ADMIN": "off", "XDG_DATA_HOME": str(tmp / "xdg-data"), "XDG_CONFIG_HOME": str(tmp / "xdg-config"),
-           "HOME": str(tmp),
-           # The /ask embedding deadline out of reach: on a busy machine a stall past its 250 ms would
-           # turn the model's answer test_ask_through_caddy expects into a lexical one.
-           "SITE_ASK_DEADLINE_MS": "60000"}
+    return {**os.environ, **{k: str(v) for k, v in ports.items()},
+            "SITE_CONFIG": str(tmp / "site.toml"), "SITE_CONTENT_DIR": str(ROOT / "content"),
+            "SITE_LENS_CENSUS_ROSTER": "https://census.invalid/",
+            "SITE_DB_PATH": str(tmp / "site.db"), "SITE_ACCESS_LOG": str(tmp / "access.log"),
+            "SITE_PHOTOS_DIR": str(tmp / "originals"), "SITE_IMAGES_DIR": str(tmp / "images"),
+            "XDG_DATA_HOME": str(tmp / "xdg-data"), "XDG_CONFIG_HOME": str(tmp / "xdg-config"), "HOME": str(tmp),
+            # The /ask embedding deadline out of reach: on a busy machine a stall past its 250 ms would
+            # turn the model's answer test_ask_through_caddy expects into a lexical one.
+            "SITE_ASK_DEADLINE_MS": "60000"}
+
+
+def stack_ports() -> dict[str, int]:
+    return dict(zip(("SITE_PORT", "DATASETTE_PORT", "CADDY_PORT"), free_ports(3)))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("stack")
+    ports = stack_ports()
+    env = stack_env(tmp, ports)
     (tmp / "images").mkdir()
     (tmp / "images" / "probe.jpg").write_text("static file\n")
     (tmp / "images" / "caption.txt").write_text("not an image\n")
+    # A file, not a pipe: nothing reads the output while the tests run, and a full pipe would block
+    # every process of the stack that writes a log line. SIGINT ignored, as a shell starts a job in
+    # the background (`make run &` in a script, a CI step): Ctrl-C must stop the stack all the same.
+    with open(tmp / "stack.log", "w") as log:
+        proc = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$0" -m siteapi.stack', sys.executable], cwd=ROOT,
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        edge = f"http://127.0.0.1:{ports['CADDY_PORT']}"
+        try:
+            wait_for(edge + "/robots.txt", timeout=120)
+            wait_for(edge + "/data/", timeout=60)
+            yield {"edge": edge, "tmp": tmp, "proc": proc, "env": env, **ports}
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                for pid in children(proc.pid):  # what the stack failed to stop
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                proc.kill()
+            print((tmp / "stack.log").read_text())
+
+
+def stack_until_it_exits(env: dict[str, str]) -> tuple[int, str]:
+    """Run a stack expected to refuse to start: its exit status and output."""
     proc = subprocess.Popen([sys.executable, "-m", "siteapi.stack"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    edge = f"http://127.0.0.1:{ports['CADDY_PORT']}"
     try:
-        wait_for(edge + "/robots.txt", timeout=120)
-        wait_for(edge + "/data/", timeout=60)
-        yield {"edge": edge, "tmp": tmp, "proc": proc, "env": env, **ports}
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-        print(out)
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)  # it started after all: let it stop what it started
+        out, _ = proc.communicate(timeout=30)
+        raise AssertionError(f"the stack started:\n{out}") from None
+    return proc.returncode, out
 
 
 @pytest.fixture(scope="module")
@@ -119,24 +146,69 @@ def edge(stack, checker):
     return Client(stack["edge"], checker)
 
 
-def listening_addresses(port: int) -> set[str]:
-    """The local addresses (hex, as /proc/net shows them) of every socket listening on `port`."""
-    found = set()
+def listening_sockets() -> list[tuple[str, int, str]]:
+    """(local address in hex as /proc/net shows it, port, socket inode) of every listening TCP socket."""
+    found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as lines:
             for line in list(lines)[1:]:
-                local, state = line.split()[1], line.split()[3]
-                address, hex_port = local.rsplit(":", 1)
-                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
-                    found.add(address)
+                fields = line.split()
+                address, hex_port = fields[1].rsplit(":", 1)
+                if fields[3] == "0A":  # LISTEN
+                    found.append((address, int(hex_port, 16), fields[9]))
     return found
+
+
+def listening_addresses(port: int) -> set[str]:
+    return {address for address, listening, _ in listening_sockets() if listening == port}
+
+
+def children(pid: int) -> list[int]:
+    return [int(child) for child in open(f"/proc/{pid}/task/{pid}/children").read().split()]
+
+
+def listening_ports(pids: list[int]) -> set[int]:
+    """The TCP ports the processes `pids` listen on."""
+    inodes = set()
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):  # an fd closed since the listing
+                inodes.add(os.readlink(f"/proc/{pid}/fd/{fd}").removeprefix("socket:[").rstrip("]"))
+    return {port for _, port, inode in listening_sockets() if inode in inodes}
 
 
 @needs_caddy
 def test_every_server_listens_on_loopback_only(stack):
-    for name in ("CADDY_PORT", "SITE_PORT", "DATASETTE_PORT"):
+    ports = {stack[name] for name in ("CADDY_PORT", "SITE_PORT", "DATASETTE_PORT")}
+    assert listening_ports(children(stack["proc"].pid)) == ports  # and on no other port: no Caddy admin endpoint
+    for port in ports:
         # 127.0.0.1 as /proc/net/tcp writes it (little-endian hex)
-        assert listening_addresses(stack[name]) == {"0100007F"}, name
+        assert listening_addresses(port) == {"0100007F"}, port
+
+
+@needs_caddy
+def test_a_second_make_run_on_the_same_site_db_starts_nothing(stack):
+    """On ports of its own, so only the first stack's hold on site.db can stop it: it would race the
+    first's build and run a second scheduler."""
+    status, out = stack_until_it_exits({**stack["env"], **{k: str(v) for k, v in stack_ports().items()}})
+    assert status == 1 and "Traceback" not in out, out
+    assert f"make run: Another `make run` is already serving {stack['tmp'] / 'site.db'};" in out, out
+    assert requests.get(stack["edge"] + "/robots.txt", timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("variable", ["SITE_PORT", "DATASETTE_PORT", pytest.param("CADDY_PORT", marks=needs_caddy)])
+def test_a_taken_port_is_named_and_nothing_starts(tmp_path, variable):
+    """A port held by a listener that shares it (SO_REUSEPORT, as Caddy's listeners do): a second
+    Caddy would share it too, silently; make run says which port and builds and starts nothing."""
+    ports = stack_ports()
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        taken.bind(("127.0.0.1", ports[variable]))
+        taken.listen()
+        status, out = stack_until_it_exits(stack_env(tmp_path, ports))
+    assert status == 1 and "Traceback" not in out, out
+    assert f"Port {ports[variable]} ({variable}, " in out and "is already in use" in out, out
+    assert not (tmp_path / "site.db").exists() and not (tmp_path / "originals").exists()
 
 
 @needs_caddy
@@ -553,3 +625,14 @@ def test_the_edge_serves_originals_only_as_their_published_copies(site_settings,
             body = answer.read()
             connection.close()
             assert answer.status in (400, 404) and not body.startswith(b"\xff\xd8"), path
+
+
+@needs_caddy
+def test_ctrl_c_stops_every_process_make_run_started(stack):
+    """Last in this file, as it stops the module's stack: Ctrl-C, to a stack started with SIGINT
+    ignored (see `stack`), leaves no process behind, not even a zombie."""
+    started = children(stack["proc"].pid)
+    assert len(started) == 4  # app, Datasette, jobs, Caddy
+    stack["proc"].send_signal(signal.SIGINT)
+    assert stack["proc"].wait(timeout=60) == 0
+    assert [pid for pid in started if os.path.exists(f"/proc/{pid}")] == []
