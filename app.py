@@ -25,7 +25,7 @@ from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter
 from siteapi.search import search_endpoint
 from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller,
-                         etag_matches, header, params, wants_markdown)
+                         etag_matches, header, params, wants_markdown, with_etag)
 
 
 RESUME_CACHE = "public, max-age=0, must-revalidate, s-maxage=86400"  # REFERENCE: all three resume forms
@@ -59,10 +59,10 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         return row["body"]
 
     def resume_as_json():
-        return pages.with_etag(Reply(stored_resume(), cache=RESUME_CACHE))
+        return with_etag(Reply(stored_resume(), cache=RESUME_CACHE))
 
     def resume_as_markdown():
-        return pages.with_etag(pages.markdown_reply(
+        return with_etag(pages.markdown_reply(
             resume.markdown(json.loads(stored_resume()), settings.url("/resume.json")), cache=RESUME_CACHE))
 
     def ask_site():
@@ -160,36 +160,36 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
 
     # -- documents for agents --------------------------------------------------------------------
     def openapi_json():
-        return pages.with_etag(Reply(openapi.document(settings), content_type="application/openapi+json",
+        return with_etag(Reply(openapi.document(settings), content_type="application/openapi+json",
                                      cache=DOC_CACHE))
 
     def api_catalog():
         profile = 'application/linkset+json; profile="https://www.rfc-editor.org/info/rfc9727"'
-        return pages.with_etag(Reply(openapi.catalog(settings), content_type=profile, cache=DOC_CACHE))
+        return with_etag(Reply(openapi.catalog(settings), content_type=profile, cache=DOC_CACHE))
 
     def llms_txt():
-        return pages.with_etag(Reply(pages.llms_txt(conn(), settings, openapi.api_endpoints()),
+        return with_etag(Reply(pages.llms_txt(conn(), settings, openapi.api_endpoints()),
                                      content_type="text/plain; charset=utf-8", cache=DOC_CACHE))
 
     def llms_full_txt():
-        return pages.with_etag(Reply(pages.llms_full_txt(conn(), settings, openapi.api_endpoints()),
+        return with_etag(Reply(pages.llms_full_txt(conn(), settings, openapi.api_endpoints()),
                                      content_type="text/plain; charset=utf-8", cache=DOC_CACHE))
 
     def sitemap():
-        return pages.with_etag(Reply(pages.sitemap_xml(conn(), settings, ["/developers"]),
+        return with_etag(Reply(pages.sitemap_xml(conn(), settings, ["/developers"]),
                                      content_type="application/xml", cache=DOC_CACHE))
 
     def robots():
-        return pages.with_etag(Reply(pages.robots_txt(settings), content_type="text/plain; charset=utf-8",
+        return with_etag(Reply(pages.robots_txt(settings), content_type="text/plain; charset=utf-8",
                                      cache=DOC_CACHE))
 
     def developers(markdown_twin=False):
         intro_row = pages.page_row(conn(), "/developers")
         text = openapi.guide_markdown(settings, intro_row["body"] if intro_row else "")
         if markdown_twin or wants_markdown(accept()):
-            return pages.with_etag(pages.markdown_reply(text, cache=DOC_CACHE))
+            return with_etag(pages.markdown_reply(text, cache=DOC_CACHE))
         body = markdown.render(text.split("\n", 2)[2])  # the template prints the title itself
-        return pages.with_etag(Reply(
+        return with_etag(Reply(
             pages.html_page(settings, "Developer guide", "Every endpoint of the read-only JSON API, with a curl "
                             "example each.", body, "/developers", "/developers.md"),
             content_type="text/html; charset=utf-8", cache=DOC_CACHE, headers={"Vary": "Accept"}))
@@ -211,7 +211,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     # -- content pages and everything else -------------------------------------------------------
     def page_or_404(path):
         try:
-            return pages.with_etag(pages.serve_page(conn(), settings, path, accept()))
+            return with_etag(pages.serve_page(conn(), settings, path, accept()))
         except ApiError as exc:
             if exc.status != 404:
                 raise

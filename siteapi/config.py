@@ -100,7 +100,7 @@ def option(settings: "Settings | None", section: str, key: str, default: Any, lo
     if usable and number:
         usable = math.isfinite(value) and (low is None or value >= low) and (high is None or value <= high)
     if not usable:
-        kind = _OPTION_KINDS[type(default)] + (f" from {low:g} to {high:g}" if number and low is not None else "")
+        kind = _OPTION_KINDS[type(default)] + (f" from {low:g} to {high:g}" if number and None not in (low, high) else "")
         raise SettingsError(f"Setting [{section}] {key} (SITE_{section.upper()}_{key.upper()}) must be {kind}, "
                             f"not {value!r}.")
     return float(value) if isinstance(default, float) else value
@@ -125,7 +125,7 @@ def _coerce(key: str, default: Any, raw: str) -> Any:
         if isinstance(default, list):
             return [item.strip() for item in raw.split(",") if item.strip()]
     except ValueError:
-        kind = {bool: "true or false", int: "a whole number", float: "a number"}[type(default)]
+        kind = _OPTION_KINDS[type(default)]
         raise SettingsError(f"Setting {env} must be {kind}, not {raw!r}.") from None
     return raw
 

@@ -3,10 +3,8 @@
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import functools
-import hashlib
 import html
 import re
 import sqlite3
@@ -18,7 +16,7 @@ import bottle
 
 from siteapi import tokens
 from siteapi.content import TWIN_OF_HOME, markdown
-from siteapi.web import PAGE_CACHE, ApiError, Reply, etag_matches, json_bytes, wants_markdown
+from siteapi.web import PAGE_CACHE, ApiError, Reply, wants_markdown
 
 TEMPLATE = bottle.SimpleTemplate(
     (Path(__file__).parent / "templates" / "page.tpl").read_text(encoding="utf-8"), noescape=False)
@@ -42,19 +40,6 @@ def link(text: str, url: str, note: str = "") -> str:
     """An llms.txt list entry: `- [text](url): note`, brackets in the text escaped as CommonMark reads them."""
     escaped = _LINK_TEXT_SPECIALS.sub(r"\\\1", text)
     return f"- [{escaped}]({url})" + (f": {note}" if note else "")
-
-
-def with_etag(reply: Reply) -> Reply:
-    """`reply` with an ETag of its body, or, when the request's If-None-Match names it, the 304
-    with the same headers (Vary, Cache-Control: what a cache refreshes its stored copy from).
-    The ETag is weak because the edge compresses these bodies and passes it on unchanged, and a
-    strong one would then name two different byte sequences."""
-    body = json_bytes(reply.body) if isinstance(reply.body, (dict, list)) else reply.body
-    body = body.encode("utf-8", "replace") if isinstance(body, str) else body
-    headers = {**reply.headers, "ETag": 'W/"' + hashlib.sha256(body).hexdigest()[:32] + '"'}
-    if etag_matches(headers["ETag"].removeprefix("W/")):
-        return dataclasses.replace(reply, body=b"", status=304, headers=headers)
-    return dataclasses.replace(reply, body=body, headers=headers)
 
 
 def page_row(conn: sqlite3.Connection, path: str) -> sqlite3.Row | None:

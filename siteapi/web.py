@@ -11,12 +11,13 @@ path that may not exist (the fallback, `/images/...`) is a 404 whatever the meth
 from __future__ import annotations
 
 import functools
+import hashlib
 import ipaddress
 import json
 import logging
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qsl
 
@@ -120,6 +121,19 @@ def etag_matches(etag: str) -> bool:
     """Whether the request's If-None-Match names `etag` (weak comparison, as RFC 9110 asks for GET)."""
     sent = [t.strip().removeprefix("W/") for t in header("If-None-Match").split(",")]
     return etag in sent or "*" in sent
+
+
+def with_etag(reply: Reply) -> Reply:
+    """`reply` with an ETag of its body, or, when the request's If-None-Match names it, the 304
+    with the same headers (Vary, Cache-Control: what a cache refreshes its stored copy from).
+    The ETag is weak because the edge compresses these bodies and passes it on unchanged, and a
+    strong one would then name two different byte sequences."""
+    body = json_bytes(reply.body) if isinstance(reply.body, (dict, list)) else reply.body
+    body = body.encode("utf-8", "replace") if isinstance(body, str) else body
+    headers = {**reply.headers, "ETag": 'W/"' + hashlib.sha256(body).hexdigest()[:32] + '"'}
+    if etag_matches(headers["ETag"].removeprefix("W/")):
+        return replace(reply, body=b"", status=304, headers=headers)
+    return replace(reply, body=body, headers=headers)
 
 
 def header(name: str, default: str | None = "") -> str | None:
