@@ -13,10 +13,10 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,9 +210,31 @@ def _rate_storage(url: Any) -> str:
 SECTIONS = ("ask", "lens", "feeds")
 
 
+class _Watched(Mapping):
+    """A [section] table that remembers which keys its readers asked for."""
+
+    def __init__(self, table: Mapping[str, Any]):
+        self.table, self.asked = table, set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.asked.add(key)
+        return self.table[key]
+
+    def __contains__(self, key: object) -> bool:
+        self.asked.add(key)
+        return key in self.table
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.table)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
 def check_sections(settings: Settings) -> None:
     """Read every [section] setting once, as its area will, so a bad one stops start-up with its
-    sentence instead of failing the first request or job that reads it (or being replaced unseen)."""
+    sentence instead of failing the first request or job that reads it (or being replaced unseen);
+    a key no area asked for is a misspelling, which would otherwise leave its default in force."""
     # Imported here: each area imports this module for option() and SettingsError.
     from siteapi import ranker
     from siteapi.feeds import around, coffee, ledger, tracks
@@ -222,6 +244,8 @@ def check_sections(settings: Settings) -> None:
         if name not in SECTIONS:
             raise SettingsError(f"Setting [{name}] is not a section this site reads; the sections are "
                                 f"{', '.join(f'[{s}]' for s in ('rate', *SECTIONS))}.")
+    watched = {name: _Watched(table) for name, table in settings.sections.items()}
+    settings = replace(settings, sections=watched)
     ranker.RankerSettings.from_settings(settings)
     cost.rates(fetch.lens_settings(settings))
     scan.scan_settings(settings)
@@ -230,6 +254,11 @@ def check_sections(settings: Settings) -> None:
     tracks.config(settings)
     around.roster(settings)
     ledger.options(settings)
+    for name, table in watched.items():
+        for key in table:
+            if key not in table.asked:
+                raise SettingsError(f"Setting [{name}] {key} is not one this site reads; check its spelling (the "
+                                    f"[{name}] keys are {', '.join(sorted(table.asked))}).")
 
 
 def load_settings(path: str | os.PathLike | None = None) -> Settings:

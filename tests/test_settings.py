@@ -103,6 +103,10 @@ def test_keys_the_file_leaves_out_are_still_overridable(tmp_path, monkeypatch):
     ('"https://example.com/",\n]', '"https://example.com/", 5,\n]', "[lens] census_roster"),
     ("usdPerMtok = 0.2", 'usdPerMtok = "0.2"', "[lens] rates"),  # dropped before, silently
     ("[ask]\n", "[asks]\ndeadline_ms = 9\n[ask]\n", "[asks]"),  # a misspelt section is not ignored
+    # a misspelt key inside a section is not ignored either (its default stayed in force, unseen)
+    ("deadline_ms = 250", "deadline = 250", "[ask] deadline"),
+    ("\ntimeout_s = 8", "\ntimeout = 8", "[lens] timeout"),
+    ("coffee_slot_minutes = 30", "coffee_slot_minute = 30", "[feeds] coffee_slot_minute"),
     # [feeds]: read by the jobs, whose first run came minutes after start-up
     ("coffee_slot_minutes = 30", 'coffee_slot_minutes = "30"', "[feeds] coffee_slot_minutes"),
     ("coffee_slot_minutes = 30", "coffee_slot_minutes = 0", "[feeds] coffee_slot_minutes"),
