@@ -1,8 +1,9 @@
 """Settings: `site.toml` read once into a frozen dataclass, with `SITE_*` environment overrides.
 
-Every key in site.toml, and every key read here that the file leaves out, can be overridden as
-`SITE_` + the key in upper case, a section joining with `_` (`[rate] read_q` -> `SITE_RATE_READ_Q`).
-The value is coerced to the type the key has in site.toml. Secrets never live in the file:
+Every key in site.toml, and every key read here or through option() that the file leaves out, can
+be overridden as `SITE_` + the key in upper case, a section joining with `_` (`[rate] read_q` ->
+`SITE_RATE_READ_Q`). The value is coerced to the type the key has in site.toml (or to its
+default's, when the file leaves it out). Secrets never live in the file:
 `Settings.secret("SPOTIFY_CLIENT_ID")` reads `SITE_SPOTIFY_CLIENT_ID` from the environment.
 `SITE_CONFIG` points at another settings file. A bad value raises SettingsError with one sentence
 naming the key.
@@ -86,15 +87,21 @@ class Settings:
 
 def option(settings: "Settings | None", section: str, key: str, default: Any, low: float | None = None,
            high: float | None = None) -> Any:
-    """`[section] key` (or its SITE_ override), `default` when it is absent or there are no settings.
+    """`[section] key` (or its SITE_ override, also when the file leaves the key out), `default` when
+    it is absent or there are no settings.
 
     The value must have the default's type (a whole number does for a float; anything for a None
     default, which the caller checks) and lie within low..high; otherwise SettingsError names the key.
     """
     table = settings.section(section) if settings is not None else {}
-    if key not in table or default is None:
-        return table.get(key, default)
-    value = table[key]
+    if default is None:
+        return table.get(key)
+    if key in table:
+        value = table[key]
+    elif settings is not None and f"SITE_{section.upper()}_{key.upper()}" in os.environ:
+        value = _coerce(f"{section}.{key}", default, os.environ[f"SITE_{section.upper()}_{key.upper()}"])
+    else:
+        return default
     number = isinstance(default, (int, float)) and not isinstance(default, bool)
     usable = isinstance(value, _OPTION_TYPES[type(default)]) and isinstance(value, bool) == isinstance(default, bool)
     if usable and number:

@@ -75,6 +75,26 @@ def test_keys_the_file_leaves_out_are_still_overridable(tmp_path, monkeypatch):
     assert load_settings(path).port == 8123 and load_settings(ROOT / "site.toml").port == 8123
 
 
+def test_section_keys_the_file_leaves_out_are_overridable_too(tmp_path, monkeypatch):
+    from siteapi import ranker
+    from siteapi.feeds import coffee
+
+    path = site_toml(tmp_path, "coffee_max_per_day = 3\n", "")
+    monkeypatch.setenv("SITE_FEEDS_COFFEE_MAX_PER_DAY", "1")
+    monkeypatch.setenv("SITE_FEEDS_COFFEE_MAX_AGE_SECONDS", "120")  # site.toml never lists it
+    monkeypatch.setenv("SITE_ASK_DEADLINE_MS", "75.5")  # a key the file has: coerced to the file's int
+    with pytest.raises(SettingsError, match=r"SITE_ASK_DEADLINE_MS must be a whole number, not '75.5'"):
+        load_settings(path)
+    monkeypatch.setenv("SITE_ASK_DEADLINE_MS", "75")
+    settings = load_settings(path)
+    rules = coffee.rules(settings)
+    assert rules["per_day"] == 1 and rules["max_age"] == 120
+    assert ranker.RankerSettings.from_settings(settings).deadline_ms == 75
+    monkeypatch.setenv("SITE_FEEDS_COFFEE_MAX_AGE_SECONDS", "5")  # below its range, read at start-up
+    with pytest.raises(SettingsError, match=r"\[feeds\] coffee_max_age_seconds \(SITE_FEEDS_COFFEE_MAX_AGE_SECONDS\)"):
+        load_settings(path)
+
+
 @pytest.mark.parametrize("old, new, key", [
     ("originals_public = true", 'originals_public = "false"', "originals_public"),  # a string is not a switch
     ("originals_public = true", "original_public = false", "original_public"),  # a misspelt key is not ignored
