@@ -9,7 +9,7 @@ One process counts in memory with `MemoryWindows`: a list of hit times per (poli
 under one lock, faster and smaller per caller than the `limits` library's memory storage (its
 per-key locks, key building and a timer thread that sweeps every key each 10 ms), as
 bench/bench_ratelimit.py measures. Several processes share counts through `limits` with a
-`redis://` storage URL.
+`redis://` storage URL; while that store does not answer, each process counts in memory again.
 """
 from __future__ import annotations
 
@@ -79,10 +79,9 @@ class MemoryWindows:
 class RateLimiter:
     def __init__(self, policies: Mapping[str, RatePolicy], storage: str = "memory://"):
         self.policies = policies
-        if storage == "memory://":
-            self._windows = MemoryWindows()
-            self._shared = None
-        else:
+        self._windows = MemoryWindows()
+        self._shared = None
+        if storage != "memory://":
             from limits import RateLimitItemPerSecond
             from limits.storage import storage_from_string
             from limits.strategies import MovingWindowRateLimiter
@@ -93,11 +92,13 @@ class RateLimiter:
     def hit(self, policy: str, caller: str) -> Decision:
         """Spend one unit of `policy` for `caller` if one is left."""
         rule = self.policies[policy]
-        if self._shared is None:
-            allowed, remaining, reset = self._windows.hit((policy, caller, rule.window), rule.quota, rule.window)
-        else:
+        if self._shared is not None:
             item = self._items[policy]
-            allowed = self._shared.hit(item, policy, caller)
-            stats = self._shared.get_window_stats(item, policy, caller)
-            remaining, reset = stats.remaining, stats.reset_time - time.time()
+            try:
+                allowed = self._shared.hit(item, policy, caller)
+                stats = self._shared.get_window_stats(item, policy, caller)
+                return Decision(allowed, rule, stats.remaining, max(0, math.ceil(stats.reset_time - time.time())))
+            except Exception:  # the store is down or unreachable (each client raises its own errors)
+                pass  # count in this process until it answers again: limited per process, never a 500
+        allowed, remaining, reset = self._windows.hit((policy, caller, rule.window), rule.quota, rule.window)
         return Decision(allowed, rule, remaining, max(0, math.ceil(reset)))

@@ -159,3 +159,6 @@ def test_several_processes_share_counts_through_redis(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+    # The store gone: each process counts alone again (a 500 on every request before)
+    assert [one.hit("read", "a").allowed for _ in range(4)] == [True, True, True, False]
+    assert dict(one.hit("read", "a").headers())["RateLimit"].startswith('"read";r=0;t=')
