@@ -29,6 +29,8 @@ from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cache
 
 
 RESUME_CACHE = "public, max-age=0, must-revalidate, s-maxage=86400"  # REFERENCE: all three resume forms
+GUIDE = pages.AppPage("/developers", "/developers.md", "Developer guide",
+                      "Every endpoint of the read-only JSON API, with a curl example each.")
 
 
 def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
@@ -168,15 +170,15 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         return with_etag(Reply(openapi.catalog(settings), content_type=profile, cache=DOC_CACHE))
 
     def llms_txt():
-        return with_etag(Reply(pages.llms_txt(conn(), settings, openapi.api_endpoints()),
+        return with_etag(Reply(pages.llms_txt(conn(), settings, openapi.api_endpoints(), [GUIDE], site.routed),
                                      content_type="text/plain; charset=utf-8", cache=DOC_CACHE))
 
     def llms_full_txt():
-        return with_etag(Reply(pages.llms_full_txt(conn(), settings, openapi.api_endpoints()),
+        return with_etag(Reply(pages.llms_full_txt(conn(), settings, openapi.api_endpoints(), [GUIDE], site.routed),
                                      content_type="text/plain; charset=utf-8", cache=DOC_CACHE))
 
     def sitemap():
-        return with_etag(Reply(pages.sitemap_xml(conn(), settings, ["/developers"]),
+        return with_etag(Reply(pages.sitemap_xml(conn(), settings, [GUIDE], site.routed),
                                      content_type="application/xml", cache=DOC_CACHE))
 
     def robots():
@@ -184,14 +186,16 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                                      cache=DOC_CACHE))
 
     def developers(markdown_twin=False):
-        intro_row = pages.page_row(conn(), "/developers")
+        intro_row = pages.page_row(conn(), GUIDE.path)  # the content page at the guide's path is its introduction
         text = openapi.guide_markdown(settings, intro_row["body"] if intro_row else "")
         if markdown_twin or wants_markdown(accept()):
-            return with_etag(pages.markdown_reply(text, cache=DOC_CACHE))
+            reply = pages.markdown_reply(text, cache=DOC_CACHE)
+            if markdown_twin:
+                reply.headers["Link"] = pages.canonical_link(settings, GUIDE.path)
+            return with_etag(reply)
         body = markdown.render(text.split("\n", 2)[2])  # the template prints the title itself
         return with_etag(Reply(
-            pages.html_page(settings, "Developer guide", "Every endpoint of the read-only JSON API, with a curl "
-                            "example each.", body, "/developers", "/developers.md"),
+            pages.html_page(settings, GUIDE.title, GUIDE.description, body, GUIDE.path, GUIDE.twin),
             content_type="text/html; charset=utf-8", cache=DOC_CACHE, headers={"Vary": "Accept"}))
 
     def signature_directory():
@@ -206,12 +210,12 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         if tool is None:
             raise ApiError(404, f"There is no skill named {name[:60]!r}; see /.well-known/agent-skills/index.json.",
                            code="not_found")
-        return pages.markdown_reply(agentdocs.skill_markdown(settings, tool), cache=DOC_CACHE)
+        return with_etag(pages.markdown_reply(agentdocs.skill_markdown(settings, tool), cache=DOC_CACHE))
 
     # -- content pages and everything else -------------------------------------------------------
     def page_or_404(path):
         try:
-            return with_etag(pages.serve_page(conn(), settings, path, accept()))
+            return with_etag(pages.serve_page(conn(), settings, path, accept(), site.routed))
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -246,9 +250,10 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     mcp = McpServer(site, settings, fetcher=fetcher)
     R("/mcp", mcp.handle, methods=("POST",), cache=NO_STORE)
     R("/mcp/server-card", mcp.draft_card_reply)
-    R("/.well-known/agent-card.json", lambda: Reply(agentdocs.agent_card(settings, mcp.tools, mcp.info["version"]),
-                                                     cache=DOC_CACHE))
-    R("/.well-known/agent-skills/index.json", lambda: Reply(agentdocs.skills_index(settings, mcp.tools), cache=DOC_CACHE))
+    R("/.well-known/agent-card.json",
+      lambda: with_etag(Reply(agentdocs.agent_card(settings, mcp.tools, mcp.info["version"]), cache=DOC_CACHE)))
+    R("/.well-known/agent-skills/index.json",
+      lambda: with_etag(Reply(agentdocs.skills_index(settings, mcp.tools), cache=DOC_CACHE)))
     R("/.well-known/agent-skills/<name>/SKILL.md", skill_file, may_not_exist=True)
     R("/.well-known/mcp/server-card.json", mcp.scanner_card_reply)
     R(botauth.DIRECTORY_PATH, signature_directory, cache="public, max-age=300")  # the signature's lifetime

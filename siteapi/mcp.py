@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import logging
 import re
@@ -32,7 +31,7 @@ from jsonschema import Draft202012Validator
 
 from siteapi import openapi
 from siteapi.mcp_tools import InProcess, Outcome, Tool, endpoint_tools, snapshot_tools
-from siteapi.web import MAX_BODY_BYTES, MAX_QUERY_BYTES, Reply, body, caller, etag_matches, header
+from siteapi.web import MAX_BODY_BYTES, MAX_QUERY_BYTES, Reply, body, caller, header, with_etag
 
 log = logging.getLogger("siteapi.mcp")
 
@@ -346,11 +345,7 @@ class McpServer:
                              "supportedProtocolVersions": list(ALL_VERSIONS)}]}
 
     def scanner_card_reply(self):
-        return Reply(self.scanner_card(), cache=CARD_CACHE)
+        return with_etag(Reply(self.scanner_card(), cache=CARD_CACHE))
 
     def draft_card_reply(self):
-        text = json.dumps(self.draft_card(), ensure_ascii=False, sort_keys=True)
-        etag = '"' + hashlib.sha256(text.encode()).hexdigest()[:32] + '"'
-        if etag_matches(etag):
-            return Reply(b"", status=304, headers={"ETag": etag}, cache=CARD_CACHE)
-        return Reply(text, content_type=CARD_TYPE, headers={"ETag": etag}, cache=CARD_CACHE)
+        return with_etag(Reply(self.draft_card(), content_type=CARD_TYPE, cache=CARD_CACHE))

@@ -1,5 +1,11 @@
 """Pages for people and agents: content pages as HTML or Markdown (negotiated, or the `.md` twin),
 `/llms.txt`, `/llms-full.txt`, `/sitemap.xml`, `/robots.txt`, and the 404 page with suggestions.
+
+The documents list what a visitor gets at each URL, once: a content page whose path an app route
+answers (app.py's `routed`) is left out, and the pages the app renders itself (`AppPage`, the
+developer guide) are listed in its place. The content job cannot do this: it runs without the app,
+whose routes may change after a page is published, and /developers is such a page on purpose (its
+body is the guide's introduction).
 """
 from __future__ import annotations
 
@@ -8,7 +14,9 @@ import functools
 import html
 import re
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 from urllib.parse import quote
 from xml.sax.saxutils import escape as xml_escape
 
@@ -26,6 +34,19 @@ MARKDOWN_TYPE = "text/markdown; charset=utf-8"
 # is %-escaped, so that the URL is one in a sitemap and ends where a Markdown link or autolink says.
 URL_SAFE = "/!$&*+,;=:@~"
 _LINK_TEXT_SPECIALS = re.compile(r"([\\\[\]])")
+# The HTML blocks that end only at a closing string, not at a blank line (CommonMark 4.6, kinds 1-5),
+# with the line that closes each.
+_HTML_BLOCK_ENDS = ((re.compile(r"<(script|pre|style|textarea)(?=[\s>]|$)", re.I), "</{}>"), (re.compile(r"<!--"), "-->"),
+                    (re.compile(r"<\?"), "?>"), (re.compile(r"<!\[CDATA\["), "]]>"), (re.compile(r"<![A-Za-z]"), ">"))
+
+
+@dataclass(frozen=True)
+class AppPage:
+    """A page the app renders itself rather than from content/, as the documents list it."""
+    path: str
+    twin: str
+    title: str
+    description: str
 
 
 def page_url(settings, path: str) -> str:
@@ -46,11 +67,18 @@ def page_row(conn: sqlite3.Connection, path: str) -> sqlite3.Row | None:
     return conn.execute("SELECT * FROM pages WHERE path = ?", (path,)).fetchone()
 
 
+def canonical_link(settings, path: str) -> str:
+    """The Link a Markdown twin sends, naming the HTML page it is the twin of."""
+    return f'<{page_url(settings, path)}>; rel="canonical"'
+
+
 def page_markdown(row) -> str:
-    lines = [f"# {row['title']}", "", f"> {row['description']}", ""]
+    """Title, description and (for writing) date, each a block of its own: with no blank line after
+    it, the body's first paragraph would continue the description's block quote."""
+    blocks = [f"# {row['title']}", f"> {row['description']}"]
     if row["date"] and row["kind"] == "writing":
-        lines += [f"Published {row['date']}.", ""]
-    return "\n".join(lines) + row["body"].rstrip() + "\n"
+        blocks.append(f"Published {row['date']}.")
+    return "\n\n".join(blocks + [row["body"].strip()]).rstrip() + "\n"
 
 
 @functools.lru_cache(maxsize=512)
@@ -69,27 +97,42 @@ def markdown_reply(text: str, cache: str = PAGE_CACHE) -> Reply:
                  headers={"Vary": "Accept", "x-markdown-tokens": str(tokens.count(text))})
 
 
-def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str) -> Reply:
-    """A content page at its path (HTML, or Markdown when asked), or its `.md` twin."""
+def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str, routed: Callable[[str], bool]) -> Reply:
+    """A content page at its path (HTML, or Markdown when asked), or its `.md` twin, which names the
+    page as canonical. The HTML names the twin unless an app route answers the twin's path."""
     twin = path.endswith(".md")
     lookup = ("/" if path == TWIN_OF_HOME else path[:-3]) if twin else path
     row = page_row(conn, lookup)
     if row is None:
         raise ApiError(404, f"There is no page at {path}.", code="not_found")
     if twin or wants_markdown(accept):
-        return markdown_reply(page_markdown(row))
+        reply = markdown_reply(page_markdown(row))
+        if twin:
+            reply.headers["Link"] = canonical_link(settings, lookup)
+        return reply
     body = _render_body(row["hash"], row["body"])
-    text = html_page(settings, row["title"], row["description"], body, lookup, twin_path(lookup))
+    markdown_path = None if routed(twin_path(lookup)) else twin_path(lookup)
+    text = html_page(settings, row["title"], row["description"], body, lookup, markdown_path)
     return Reply(text, content_type="text/html; charset=utf-8", headers={"Vary": "Accept"})
 
 
-def all_pages(conn: sqlite3.Connection) -> list[sqlite3.Row]:
-    return conn.execute("SELECT path, title, description, kind, date, body FROM pages "
-                        "ORDER BY kind, coalesce(date, '') DESC, path").fetchall()
+def all_pages(conn: sqlite3.Connection, routed: Callable[[str], bool]) -> list[dict]:
+    """Every content page that is what a visitor gets at its path, by kind and newest first, with
+    `markdown`: its twin's path, or its own (which answers `Accept: text/markdown`) when an app
+    route answers the twin's."""
+    pages = []
+    for row in conn.execute("SELECT path, title, description, kind, date, body FROM pages "
+                            "ORDER BY kind, coalesce(date, '') DESC, path"):
+        if not routed(row["path"]):
+            twin = twin_path(row["path"])
+            pages.append(dict(row, markdown=row["path"] if routed(twin) else twin))
+    return pages
 
 
-def llms_txt(conn: sqlite3.Connection, settings, api: list[tuple[str, str, str]]) -> str:
-    """llmstxt.org: title, summary, then sections of links; `api` is (name, path, note) per endpoint."""
+def llms_txt(conn: sqlite3.Connection, settings, api: list[tuple[str, str, str]], app_pages: list[AppPage],
+             routed: Callable[[str], bool]) -> str:
+    """llmstxt.org: title, summary, then sections of links; `api` is (name, path, note) per endpoint,
+    and the app's own pages close the Pages section."""
     home = page_row(conn, "/")
     summary = home["description"] if home else f"The personal site {settings.site_host}."
     out = [f"# {settings.site_name}", "", f"> {summary}", "",
@@ -98,28 +141,52 @@ def llms_txt(conn: sqlite3.Connection, settings, api: list[tuple[str, str, str]]
            f"[guide]({settings.url('/developers')}), [API catalog]({settings.url('/.well-known/api-catalog')}).", "",
            "## API", ""]
     out += [link(name, settings.url(path), note) for name, path, note in api]
-    rows = all_pages(conn)
+    rows = all_pages(conn, routed)
+    rows += [{"kind": "page", "title": p.title, "description": p.description, "markdown": p.twin} for p in app_pages]
     for kind, heading in SECTIONS:
         items = [r for r in rows if r["kind"] == kind]
         if items:
             out += ["", f"## {heading}", ""]
-            out += [link(r["title"], page_url(settings, twin_path(r["path"])), r["description"]) for r in items]
+            out += [link(r["title"], page_url(settings, r["markdown"]), r["description"]) for r in items]
     return "\n".join(out) + "\n"
 
 
-def llms_full_txt(conn: sqlite3.Connection, settings, api) -> str:
-    parts = [llms_txt(conn, settings, api), "# The site — full text"]
-    for row in all_pages(conn):
+@functools.lru_cache(maxsize=512)
+def closing_line(body: str) -> str | None:
+    """The line that closes the code fence or HTML block `body` leaves open at its end, or None. A
+    CommonMark reader would take all that follows for code or raw HTML (an HTML comment hides it):
+    the fence closes with its own opening run (a longer or ~~~ fence is not closed by ```), and
+    a fence within a list or quote needs nothing, as it ends with them."""
+    last = [token for token in markdown.parse(body + "\n\n---\n") if token.level == 0][-1]
+    if last.type == "fence":
+        return last.markup
+    if last.type == "html_block":
+        first = last.content.lstrip(" ")
+        for start, end in _HTML_BLOCK_ENDS:
+            match = start.match(first)
+            if match:
+                return end.format(*match.groups())
+    return None
+
+
+def llms_full_txt(conn: sqlite3.Connection, settings, api, app_pages: list[AppPage],
+                  routed: Callable[[str], bool]) -> str:
+    """llms.txt, then each content page's text in a section of its own: a fence or HTML block the
+    page leaves open is closed there, so that the next page is read as Markdown again."""
+    parts = [llms_txt(conn, settings, api, app_pages, routed), "# The site — full text"]
+    for row in all_pages(conn, routed):
         dated = f" ({row['date']})" if row["date"] else ""
-        parts.append(f"## {row['title']}{dated}\n\n<{page_url(settings, row['path'])}>\n\n{row['body'].strip()}")
+        body = row["body"].strip()
+        closer = closing_line(body)
+        parts.append(f"## {row['title']}{dated}\n\n<{page_url(settings, row['path'])}>\n\n{body}"
+                     + (f"\n{closer}" if closer else ""))
     return "\n\n---\n\n".join(parts) + "\n"
 
 
-def sitemap_xml(conn: sqlite3.Connection, settings, extra_paths: list[str]) -> str:
-    """Every page, then each of `extra_paths` (pages the app renders) that no content page already is."""
-    entries = [(r["path"], r["date"]) for r in all_pages(conn)]
-    listed = {path for path, _ in entries}
-    entries += [(p, None) for p in extra_paths if p not in listed]
+def sitemap_xml(conn: sqlite3.Connection, settings, app_pages: list[AppPage], routed: Callable[[str], bool]) -> str:
+    """Every content page a visitor gets at its path, with its date, then the app's own pages (their
+    text follows the API description too, so a content page's date is not theirs)."""
+    entries = [(r["path"], r["date"]) for r in all_pages(conn, routed)] + [(p.path, None) for p in app_pages]
     urls = "".join(
         f"<url><loc>{xml_escape(page_url(settings, path))}</loc>{f'<lastmod>{date}</lastmod>' if date else ''}</url>"
         for path, date in entries)

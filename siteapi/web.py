@@ -274,6 +274,11 @@ class Site:
         self.app.route("/<path:path>", method="ANY", callback=endpoint)
         self.app.route("/", method="ANY", callback=endpoint)
 
+    def routed(self, path: str) -> bool:
+        """Whether a declared route answers `path`, rather than the fallback that serves content pages."""
+        route, _ = self.app.match({"PATH_INFO": path, "REQUEST_METHOD": "GET"})
+        return any(route.rule == rule for rule, _, _ in self.routes)
+
     def wsgi(self, environ, start_response):
         """Sanity checks that come before routing, then Bottle."""
         path = environ.get("PATH_INFO", "")
@@ -348,8 +353,13 @@ class Site:
 
     @staticmethod
     def _send_headers(headers: dict) -> None:
-        """Cache-Control joins the convention headers; the rest go through Bottle."""
-        bottle.request.environ[CONVENTION_HEADERS].append(("Cache-Control", headers.pop("Cache-Control")))
+        """Cache-Control joins the convention headers, and a route's Link goes first in their Link (one
+        field: a reader that takes the first Link field sees all of them); the rest go through Bottle."""
+        convention = bottle.request.environ[CONVENTION_HEADERS]
+        convention.append(("Cache-Control", headers.pop("Cache-Control")))
+        link = headers.pop("Link", None)
+        if link:
+            convention[:] = [(name, f"{link}, {value}" if name == "Link" else value) for name, value in convention]
         for name, value in headers.items():
             bottle.response.set_header(name, value)
 

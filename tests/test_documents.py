@@ -279,7 +279,9 @@ def test_agent_card_and_skills_list_the_mcp_tools(api):
 
 
 DOCUMENTS = ["/llms.txt", "/llms-full.txt", "/robots.txt", "/sitemap.xml", "/.well-known/api-catalog", "/openapi.json",
-             "/developers", "/developers.md", "/resume.json", "/resume.md"]
+             "/developers", "/developers.md", "/resume.json", "/resume.md", "/.well-known/agent-card.json",
+             "/.well-known/agent-skills/index.json", "/.well-known/agent-skills/search_site/SKILL.md",
+             "/.well-known/mcp/server-card.json", "/mcp/server-card"]
 
 
 @pytest.mark.parametrize("path, accept", [(path, "") for path in DOCUMENTS] + [
@@ -299,8 +301,9 @@ def test_documents_and_pages_answer_if_none_match_with_304(api, checker, path, a
         assert again.headers.get("Vary") == first.headers.get("Vary")
     changed = api.get(path, headers={"Accept": accept, "If-None-Match": '"0123456789abcdef0123456789abcdef"'})
     assert changed.status_code == 200 and changed.content == first.content
-    if path in checker.doc["paths"]:
-        responses = checker.doc["paths"][path]["get"]["responses"]
+    if path in DOCUMENTS:
+        template = next(template for pattern, template in checker.paths if pattern.match(path))
+        responses = checker.doc["paths"][template]["get"]["responses"]
         assert "304" in responses and "ETag" in checker.resolve(responses["200"])["headers"], path
 
 
@@ -365,15 +368,16 @@ def test_odd_titles_and_paths_leave_llms_txt_one_list_of_links_that_answer(odd_s
     section_lines = lines[lines.index("## Pages"):]
     assert all(line == "" or line.startswith(("## ", "- [")) for line in section_lines), section_lines
     pages = dict(markdown_links(text[text.index("## Pages"):]))
-    assert set(pages) == {"Home", "Arrays]: notes on [draft # Not a heading", "Don't 'quote' me", "Plain"}, pages
+    assert set(pages) == {"Home", "Arrays]: notes on [draft # Not a heading", "Don't 'quote' me", "Plain",
+                          "Developer guide"}, pages  # the guide: a page the app renders
     # the reference parser (PyPI llms-txt) reads a link's URL up to the first ')'
     reference_urls = re.findall(r"^-\s*\[[^\n]*?\]\((?P<url>[^)]+)\)", text, re.M)
     assert set(pages.values()) <= set(reference_urls)
-    for url in pages.values():
+    for label, url in pages.items():
         twin = fetch(odd_site, url)
         assert twin.status_code == 200 and twin.headers["Content-Type"] == "text/markdown; charset=utf-8", url
         title, _, quote, *_ = twin.text.split("\n")
-        assert title.startswith("# ") and quote.startswith("> "), twin.text
+        assert title.startswith("# ") and (quote.startswith("> ") or label == "Developer guide"), twin.text
     assert "- [Arrays\\]: notes on \\[draft # Not a heading](" in text
     assert ": First line ## not a section\n" in text
 
@@ -394,3 +398,143 @@ def test_odd_paths_are_uris_in_the_sitemap_and_llms_full(odd_site):
     assert '<link rel="alternate" type="text/markdown" href="/notes/caf%C3%A9-%28draft%29.md">' in html
     near = requests.get(odd_site + "/notes/cafe-(draft)", headers={"Accept": "application/json"}, timeout=30)
     assert near.status_code == 404 and "https://aadhar.sh/notes/caf%C3%A9-%28draft%29" in near.json()["suggestions"]
+
+
+def serve_content(tmp, files):
+    """Index `files` ({name: (front matter, body)}) into a site.db of its own; yields the app's base URL."""
+    (tmp / "content").mkdir()
+    for name, (front, body) in files.items():
+        (tmp / "content" / name).write_text(f"---\n{front}---\n{body}", encoding="utf-8")
+    settings = make_settings(tmp, content_dir=tmp / "content")
+    ok, summary = jobs.run_job(settings, "content")
+    assert ok, summary
+    return serve_wsgi(make_app(settings).wsgi)
+
+
+SHADOWED_PAGES = {
+    "home.md": ("title: Home\ndescription: The home page.\nkind: page\npath: /\n", "Welcome.\n"),
+    # the guide's introduction: the app renders /developers itself, this body included
+    "developers.md": ("title: Developers intro\ndescription: Intro.\ndate: 2026-09-05\nkind: page\npath: /developers\n",
+                      "An introduction.\n"),
+    # paths an app route answers: a visitor never gets these pages there
+    "robots.md": ("title: Robots notes\ndescription: Notes.\ndate: 2026-01-01\nkind: document\npath: /robots.txt\n",
+                  "Shadowed words.\n"),
+    "holiday.md": ("title: Holiday\ndescription: Photos.\nkind: writing\ndate: 2026-02-02\npath: /images/holiday\n",
+                   "Shadowed too.\n"),
+    # a page that is served, but whose twin's path /resume.md is the app's resume
+    "resume.md": ("title: Resume page\ndescription: My resume.\nkind: page\npath: /resume\n", "A page about work.\n"),
+    "plain.md": ("title: Plain\ndescription: A plain page.\nkind: document\npath: /documents/plain\n", "Plain words.\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def shadowed_site(tmp_path_factory):
+    with serve_content(tmp_path_factory.mktemp("shadowed"), SHADOWED_PAGES) as base:
+        yield base
+
+
+def test_documents_list_what_a_visitor_gets_at_a_path_an_app_route_answers_once(shadowed_site):
+    """A content page whose path an app route answers is not what a visitor gets there: the sitemap,
+    llms.txt and llms-full.txt leave it out and list the app's page (the developer guide) once."""
+    base = shadowed_site
+    ns = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
+    urls = ET.fromstring(requests.get(base + "/sitemap.xml", timeout=30).content).findall(f"{ns}url")
+    locs = [u.find(f"{ns}loc").text for u in urls]
+    assert sorted(locs) == sorted(f"https://aadhar.sh{p}" for p in ("/", "/developers", "/resume", "/documents/plain"))
+    # the guide's text follows the API description too: the introduction's date is not its last change
+    assert [u.find(f"{ns}lastmod") for u in urls if u.find(f"{ns}loc").text.endswith("/developers")] == [None]
+    for url in locs:
+        page = fetch(base, url)
+        assert page.status_code == 200 and page.headers["Content-Type"] == "text/html; charset=utf-8", url
+
+    text = requests.get(base + "/llms.txt", timeout=30).text
+    listed = markdown_links(text[text.index("## Pages"):])
+    assert "Robots notes" not in text and "Holiday" not in text and "Developers intro" not in text
+    assert [label for label, _ in listed].count("Developer guide") == 1
+    for label, url in listed:
+        answer = fetch(base, url)
+        assert answer.status_code == 200, url
+        if url.endswith(".md"):  # the twin a listing names is that page, under the listed title
+            assert answer.text.startswith(f"# {label}\n"), (label, url)
+    # /resume.md is the app's resume, not the page's twin: the page is listed at its own URL
+    assert ("Resume page", "https://aadhar.sh/resume") in listed
+
+    full = requests.get(base + "/llms-full.txt", timeout=30).text
+    assert "Shadowed" not in full and "An introduction." not in full
+    assert sorted(re.findall(r"^<(.*)>$", full, re.M)) == sorted(u for u in locs if not u.endswith("/developers"))
+
+
+def test_a_page_whose_twin_path_an_app_route_answers_names_no_twin(shadowed_site):
+    page = requests.get(shadowed_site + "/resume", headers={"Accept": "text/html"}, timeout=30)
+    assert page.status_code == 200 and "A page about work." in page.text
+    assert 'type="text/markdown"' not in page.text and 'href="/resume.md"' not in page.text
+    negotiated = requests.get(shadowed_site + "/resume", headers={"Accept": "text/markdown"}, timeout=30)
+    assert negotiated.text.startswith("# Resume page\n")
+
+
+FENCED_BODIES = {  # name: (body, what the section must end with)
+    "a-backticks": ("Intro.\n\n```python\nopen = True\n", "open = True\n```"),
+    "b-tildes": ("~~~\nA ``` inside a tilde fence does not close it.\n```\n", "```\n~~~"),
+    "c-long": ("`````md\n```\nshort runs do not close a longer fence\n```\n", "```\n`````"),
+    "d-indented": ("   ```\n   indented opener\n", "indented opener\n```"),
+    "e-comment": ("Text.\n\n<!-- a comment left open\n\nstill the comment\n", "still the comment\n-->"),
+    "f-pre": ("<pre>\npreformatted, never closed\n", "never closed\n</pre>"),
+    "g-cdata": ("<![CDATA[\nraw\n", "raw\n]]>"),
+    # nothing to close: a fence in a list item or a quote ends with them, and a closed one is closed
+    "h-list": ("- item\n\n  ```\n  code in a list item\n", "code in a list item"),
+    "i-quote": ("> ```\n> quoted code\n", "> quoted code"),
+    "j-closed": ("```\nclosed\n```\n", "closed\n```"),
+}
+
+
+@pytest.fixture(scope="module")
+def fenced_site(tmp_path_factory):
+    files = {f"{name}.md": (f"title: Page {name}\ndescription: About {name}.\nkind: page\npath: /{name}\n", body)
+             for name, (body, _) in FENCED_BODIES.items()}
+    files["z-last.md"] = ("title: Page z-last\ndescription: The last page.\nkind: page\npath: /z-last\n",
+                          "The *last* page.\n")
+    with serve_content(tmp_path_factory.mktemp("fenced"), files) as base:
+        yield base
+
+
+def test_each_page_of_llms_full_is_read_as_markdown_whatever_the_page_before_left_open(fenced_site):
+    full = requests.get(fenced_site + "/llms-full.txt", timeout=30).text
+    tokens = MarkdownIt("commonmark").parse(full)
+    headings = [tokens[n + 1].content for n, t in enumerate(tokens) if t.type == "heading_open" and t.tag == "h2"]
+    pages = [f"Page {name}" for name in [*FENCED_BODIES, "z-last"]]
+    assert [h for h in headings if h.startswith("Page ")] == pages
+    assert sum(1 for t in tokens if t.type == "hr" and t.level == 0) == full.count("\n\n---\n\n")
+    assert not [t.content for t in tokens if t.type in ("fence", "code_block", "html_block")
+                and ("\n---\n" in t.content or "## Page" in t.content)]
+    assert any(t.type == "inline" and t.content == "The *last* page." for t in tokens)
+    for name, (_, ending) in FENCED_BODIES.items():  # closed with the page's own fence, and only when open
+        section = full.split(f"<https://aadhar.sh/{name}>\n\n", 1)[1].split("\n\n---\n\n", 1)[0]
+        assert section.endswith(ending), (name, section)
+
+
+def test_a_twins_description_and_date_are_blocks_of_their_own(api):
+    """Without a blank line after them, the body's first paragraph would continue the quote."""
+    for path in ("/about.md", "/writing/cb550-first-ride.md"):
+        twin = api.get(path).text
+        tokens = MarkdownIt("commonmark").parse(twin)
+        quote = tokens[[t.type for t in tokens].index("blockquote_open") + 2].content
+        assert twin.split("\n")[2] == f"> {quote}", path
+    dated = MarkdownIt("commonmark").parse(api.get("/writing/cb550-first-ride.md").text)
+    assert any(t.type == "inline" and re.fullmatch(r"Published \d{4}-\d\d-\d\d\.", t.content) for t in dated)
+
+
+@pytest.mark.parametrize("twin, page", [("/about.md", "/about"), ("/index.md", "/"), ("/developers.md", "/developers")])
+def test_a_markdown_twin_names_its_page_as_canonical_in_the_one_link_field(api, checker, twin, page):
+    r = api.get(twin)
+    fields = r.raw.headers.getlist("Link")
+    assert len(fields) == 1, fields  # one field: some readers take only the first Link field
+    first, *rest = fields[0].split(", <")
+    assert first == f'<https://aadhar.sh{page}>; rel="canonical"', fields
+    assert any('rel="service-desc"' in link for link in rest)
+    for accept in ("text/html", "text/markdown"):  # the page at its own address is the canonical one
+        assert "canonical" not in api.get(page, headers={"Accept": accept}).headers["Link"]
+    again = api.get(twin, headers={"If-None-Match": r.headers["ETag"]})
+    assert again.status_code == 304 and again.headers["Link"] == r.headers["Link"]
+    if twin in checker.doc["paths"]:
+        documented = checker.doc["paths"][twin]["get"]["responses"]["200"]["headers"]["Link"]
+        assert "canonical" in documented["description"]
