@@ -29,6 +29,7 @@ from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cache
 
 
 RESUME_CACHE = "public, max-age=0, must-revalidate, s-maxage=86400"  # REFERENCE: all three resume forms
+NOT_OK = {"ok": False}  # the error bodies of endpoints whose answers carry an ok flag (API.md 2.1)
 GUIDE = pages.AppPage("/developers", "/developers.md", "Developer guide",
                       "Every endpoint of the read-only JSON API, with a curl example each.")
 
@@ -239,14 +240,14 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/photos/query.json", photo_query)
     R("/images/manifest.json", photo_manifest)
     R("/images/<path:path>", image_file, cache=photos.THUMBNAIL_CACHE, may_not_exist=True)
-    R("/rn/tracks", now_playing, cache="public, max-age=3600, s-maxage=3600")
+    R("/rn/tracks", now_playing, cache="public, max-age=3600, s-maxage=3600", error_fields={"tracks": []})
     R("/around/json", neighborhood, cache="public, max-age=60, s-maxage=300")
-    R("/around/changes.json", change_radar, cache="public, max-age=60, s-maxage=300")
+    R("/around/changes.json", change_radar, cache="public, max-age=60, s-maxage=300", error_fields=NOT_OK)
     R("/coffee/availability.json", coffee_slots, options=False, cache="public, max-age=0, s-maxage=30")
-    R("/ledger.json", crawl_ledger)
-    R("/lens/fetch", lens_fetch, policy="inspect", cache=NO_STORE)
-    R("/lens/compare.json", lens_compare, policy="compare", cache=NO_STORE)
-    R("/lens/census.json", lens_census, cache="public, max-age=300, s-maxage=900")
+    R("/ledger.json", crawl_ledger, error_fields=NOT_OK)
+    R("/lens/fetch", lens_fetch, policy="inspect", cache=NO_STORE, error_fields=NOT_OK)
+    R("/lens/compare.json", lens_compare, policy="compare", cache=NO_STORE, error_fields=NOT_OK)
+    R("/lens/census.json", lens_census, cache="public, max-age=300, s-maxage=900", error_fields=NOT_OK)
     mcp = McpServer(site, settings, fetcher=fetcher)
     R("/mcp", mcp.handle, methods=("POST",), cache=NO_STORE)
     R("/mcp/server-card", mcp.draft_card_reply)

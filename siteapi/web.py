@@ -250,9 +250,11 @@ class Site:
 
     # -- declaring routes ------------------------------------------------------------------------
     def route(self, rule: str, handler: Callable, methods: Iterable[str] = ("GET",), policy: str = "read",
-              cache: str = JSON_CACHE, options: bool = True, may_not_exist: bool = False) -> None:
+              cache: str = JSON_CACHE, options: bool = True, may_not_exist: bool = False,
+              error_fields: dict | None = None) -> None:
         """`may_not_exist`: the rule is a template whose handler raises a 404 for a path that names
-        nothing; it is then asked first for OPTIONS and unserved methods."""
+        nothing; it is then asked first for OPTIONS and unserved methods. `error_fields`: what every
+        error body of the route carries, its 405 and 429 included (`ok: false`, `tracks: []`)."""
         allowed = list(dict.fromkeys(m.upper() for m in methods))
         if "GET" in allowed and "HEAD" not in allowed:
             allowed.insert(allowed.index("GET") + 1, "HEAD")
@@ -261,7 +263,7 @@ class Site:
         self.routes.append((rule, tuple(allowed), policy))
 
         def endpoint(**url_args):
-            return self.serve(handler, url_args, tuple(allowed), policy, cache, may_not_exist)
+            return self.serve(handler, url_args, tuple(allowed), policy, cache, may_not_exist, error_fields or {})
 
         self.app.route(rule, method="ANY", callback=endpoint)
 
@@ -301,7 +303,7 @@ class Site:
         return self.app(environ, start)
 
     # -- serving ---------------------------------------------------------------------------------
-    def serve(self, handler, url_args, allowed, policy, cache, may_not_exist=False):
+    def serve(self, handler, url_args, allowed, policy, cache, may_not_exist=False, error_fields=None):
         request, response = bottle.request, bottle.response
         method = request.method.upper()
         version = header("API-Version", None)
@@ -330,12 +332,13 @@ class Site:
                                code="rate_limited", retry_after=max(1, min(60, decision.reset)))
             result = handler(**url_args)
         except ApiError as exc:
-            return self._error(exc)
+            return self._error(exc, error_fields)
         except Exception:
             incident = uuid.uuid4().hex[:12]
             log.exception("unhandled error %s on %s %s", incident, method, request.path)
             return self._error(ApiError(500, f"Something broke on our side while answering this request "
-                                        f"(incident {incident}); try again later.", code="internal_error"))
+                                        f"(incident {incident}); try again later.", code="internal_error"),
+                               error_fields)
         return self._reply(result, cache)
 
     def _reply(self, result, cache):
@@ -363,9 +366,9 @@ class Site:
         for name, value in headers.items():
             bottle.response.set_header(name, value)
 
-    def _error(self, exc: ApiError):
+    def _error(self, exc: ApiError, error_fields: dict | None = None):
         request, response = bottle.request, bottle.response
-        body = dict(exc.body)
+        body = {**(error_fields or {}), **exc.body}
         if exc.status == 404:
             body = {"ok": False, **body}
             body.setdefault("hint", NOT_FOUND_HINT)

@@ -137,6 +137,17 @@ def test_every_route_answers_preflight_head_and_unserved_methods(live, site_sett
             assert (head.status_code, head.content) == (get.status_code, b""), rule
 
 
+def test_every_error_of_a_route_keeps_its_error_fields(api):
+    """API.md 2.1: `ok` is false on every error where the endpoint uses an ok flag, and /rn/tracks keeps
+    `tracks: []`; the convention errors (405, API-Version) too, not only the endpoint's own (429: test_ratelimit)."""
+    fields = {"/lens/fetch": {"ok": False}, "/lens/compare.json": {"ok": False}, "/lens/census.json": {"ok": False},
+              "/ledger.json": {"ok": False}, "/around/changes.json": {"ok": False}, "/rn/tracks": {"tracks": []}}
+    for path, expected in fields.items():
+        for r in (api.request("PUT", path), api.get(path, headers={"API-Version": "2"})):
+            assert r.status_code in (400, 405) and r.json().items() >= expected.items(), (path, r.json())
+    assert "ok" not in api.request("PUT", "/search.json").json()  # an endpoint without the flag does not gain it
+
+
 @pytest.mark.parametrize("method", ["OPTIONS", "POST", "DELETE"])
 def test_a_path_that_names_nothing_is_404_whatever_the_method(api, method):
     for path in ("/no-such-page", "/api/v9/anything", "/images/nope.jpg", "/.well-known/agent-skills/nope/SKILL.md"):

@@ -44,6 +44,19 @@ def test_quota_is_exact_under_concurrency(site_settings, checker):
         assert other.status_code == 200 and other.headers["RateLimit"].startswith('"read";r=24;')
 
 
+def test_a_refusal_keeps_the_fields_of_the_endpoints_errors(site_settings, checker):
+    """API.md 2.1: `ok: false` where the endpoint has an ok flag, `tracks: []` on /rn/tracks."""
+    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 1, 60),
+                                                         "compare": RatePolicy("compare", 1, 60)})
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        for path, expected in (("/lens/compare.json", {"ok": False}), ("/ledger.json", {"ok": False}),
+                               ("/rn/tracks", {"tracks": []})):
+            refused = [requests.get(base + path, headers={"X-Forwarded-For": "203.0.113.60"}, timeout=30)
+                       for _ in range(2)][-1]
+            assert refused.status_code == 429 and refused.json().items() >= expected.items(), path
+            checker.validate("GET", path, refused)
+
+
 # RFC 9651 for the fields' members: an sf-string, then parameters whose values are sf-integers.
 SF_MEMBER = re.compile(r'"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*"(;[a-z*][a-z0-9_.*-]*=-?[0-9]{1,15})*')
 
