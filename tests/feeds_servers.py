@@ -2,14 +2,16 @@
 endpoint, playlist with paginated items, several artists by id), an ICS calendar feed, and firm
 homepages with robots.txt.
 
-Each server runs a real ThreadingHTTPServer on 127.0.0.1 in a thread; `fault` switches it into a
-failure mode (500, slow, dripping, malformed, huge, unexpected schema) so tests can inject each fault.
+Each server runs a real ThreadingHTTPServer on 127.0.0.1 in a thread (over TLS when given an
+ssl context); `fault` switches it into a failure mode (500, slow, dripping body or headers,
+malformed, huge, unexpected schema) so tests can inject each fault.
 """
 from __future__ import annotations
 
 import base64
 import json
 import secrets
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,7 +44,7 @@ class LoopbackServer:
 
     server_header = "nginx"
 
-    def __init__(self):
+    def __init__(self, tls: ssl.SSLContext | None = None):
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -65,13 +67,16 @@ class LoopbackServer:
         self.dripped = 0
         self.closed = threading.Event()
         self.httpd = QuietServer(("127.0.0.1", 0), Handler)
+        if tls:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
+        self.scheme = "https" if tls else "http"
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}"
 
     def send(self, handler, status: int, body: bytes | str, content_type: str = "application/json", headers=None):
         write_response(handler, status, body, content_type, headers)
@@ -95,6 +100,17 @@ class LoopbackServer:
                     time.sleep(0.1)
             except OSError:
                 pass  # the client gave up, as it should
+        elif self.fault == "drip-headers":  # a header line every 0.1 s for 10 s: no body yet to time
+            try:
+                handler.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                for n in range(100):
+                    handler.wfile.write(b"X-Drip-%d: 1\r\n" % n)
+                    handler.wfile.flush()
+                    self.dripped += 1
+                    time.sleep(0.1)
+                handler.wfile.write(b"Content-Length: 2\r\n\r\n{}")
+            except OSError:
+                pass
         else:
             return False
         return True
@@ -155,7 +171,8 @@ def spotify_artist(simplified: dict) -> dict:
 
 class SpotifyServer(LoopbackServer):
     """Accounts token endpoint at /api/token and the Web API under /v1 (playlist, paginated items,
-    several artists). `artists_fault` ("500" or "malformed") breaks only the artists endpoint."""
+    several artists). `artists_fault` ("500" or "malformed") breaks only the artists endpoint;
+    `page_delay` slows every page of items."""
 
     CLIENT = ("test-client", "test-secret")
     PAGE = 2
@@ -168,6 +185,7 @@ class SpotifyServer(LoopbackServer):
         self.valid_tokens: set[str] = set()
         self.tokens_issued = 0
         self.artists_fault: str | None = None
+        self.page_delay = 0.0  # seconds before each page of items (after the first) is answered
         super().__init__()
 
     @property
@@ -239,6 +257,7 @@ class SpotifyServer(LoopbackServer):
             next_url = f"{self.url}{parts.path}?offset={offset + self.PAGE}"
             return self.send(handler, 200, json.dumps(page | {"next": next_url}))
         if parts.path == prefix + "/tracks":
+            time.sleep(self.page_delay)
             return self.send(handler, 200, json.dumps(self.page(int(query.get("offset", ["0"])[0]))))
         if parts.path == "/v1/artists":
             return self.artists(handler, [i for i in query.get("ids", [""])[0].split(",") if i])
@@ -248,9 +267,9 @@ class SpotifyServer(LoopbackServer):
 class IcsServer(LoopbackServer):
     """One ICS feed at /calendar.ics (the body is set by the test)."""
 
-    def __init__(self, ics: str = ""):
+    def __init__(self, ics: str = "", tls: ssl.SSLContext | None = None):
         self.ics = ics
-        super().__init__()
+        super().__init__(tls)
 
     @property
     def feed_url(self) -> str:

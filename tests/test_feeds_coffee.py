@@ -2,12 +2,19 @@
 from __future__ import annotations
 
 import datetime as dt
+import signal
 import sqlite3
+import ssl
+import subprocess
+import sys
+import time
 from zoneinfo import ZoneInfo
 
 import pytest
+import trustme
 
 from siteapi import db
+from siteapi.config import ROOT
 from siteapi.feeds import FeedError
 from siteapi.feeds.coffee import availability, run_calendar
 from siteapi.web import ApiError
@@ -203,11 +210,14 @@ def test_faults_keep_the_last_busy_list(tmp_path, feed, fault, ics, message):
     assert read(settings, NOW) == before
 
 
-def test_a_feed_that_drips_is_left_at_the_time_limit(tmp_path, feed):
+@pytest.mark.parametrize("fault", ["drip", "drip-headers"])
+def test_a_feed_that_drips_is_left_at_the_time_limit(tmp_path, feed, fault):
+    """A read timeout starts again with every byte: dripped headers used to hold the job for as long
+    as the server went on (a hundred lines of 64 KB)."""
     settings = settings_for(tmp_path)
     run_calendar(settings, now=NOW)
     before = read(settings, NOW)
-    feed.fault = "drip"
+    feed.fault = fault
     dripping = settings_for(tmp_path, calendar_timeout=2.0)  # well under the 10 s the whole body takes
     with pytest.raises(FeedError, match="took longer than its time limit"):
         run_calendar(dripping, now=NOW + dt.timedelta(minutes=5))
@@ -258,3 +268,95 @@ def test_an_event_without_a_start_is_skipped_and_the_rest_kept(tmp_path, feed):
                               "DTEND;TZID=America/New_York:20270311T130000"))
     assert "1 busy intervals" in run_calendar(settings, now=NOW)
     assert "12:00" not in by_day(read(settings, NOW)["slots"])["2027-03-11"]
+
+
+# dateutil steps through every hour since 1700 (12 s of CPU), and searches to the year 9999 for a
+# 30 February that never comes (5 such events: 27 s); a time limit bounds any such calendar.
+HOURLY_SINCE_1700 = calendar(event("old", "DTSTART:17000101T100000Z", "DTEND:17000101T103000Z", "RRULE:FREQ=HOURLY"))
+NEVER_MATCHES = calendar(*[event(f"never{n}", "DTSTART:20000101T100000Z", "DTEND:20000101T103000Z",
+                                 "RRULE:FREQ=HOURLY;BYMONTH=2;BYMONTHDAY=30") for n in range(5)])
+
+
+@pytest.mark.parametrize("ics", [HOURLY_SINCE_1700, NEVER_MATCHES], ids=["hourly-since-1700", "never-matches"])
+def test_an_expansion_past_its_time_limit_is_refused_and_the_last_list_kept(tmp_path, feed, ics):
+    settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
+    run_calendar(settings, now=NOW)
+    before = read(settings, NOW)
+    feed.ics = ics
+    started = time.monotonic()
+    with pytest.raises(FeedError, match="took longer than 1 s to expand"):
+        run_calendar(settings_for(tmp_path, calendar_expand_seconds=1), now=NOW + dt.timedelta(minutes=5))
+    assert time.monotonic() - started < 8  # the child was killed at its limit, not waited for
+    assert read(settings, NOW) == before
+
+
+def test_an_expansion_past_its_memory_limit_is_refused_and_the_last_list_kept(tmp_path, feed):
+    settings = settings_for(tmp_path)
+    run_calendar(settings, now=NOW)
+    before = read(settings, NOW)
+    feed.ics = "BEGIN:VCALENDAR\r\n" + "BEGIN:VEVENT\r\nEND:VEVENT\r\n" * 300_000 + "END:VCALENDAR\r\n"  # 7.8 MB
+    with pytest.raises(FeedError, match="needs more than 100 MB to expand"):  # icalendar takes some 300 MB
+        run_calendar(settings_for(tmp_path, calendar_expand_mb=100), now=NOW + dt.timedelta(minutes=5))
+    assert read(settings, NOW) == before
+
+
+def test_an_event_with_thousands_of_properties_costs_only_its_times(tmp_path, feed):
+    """Every occurrence is a copy of its event: 2,000 occurrences of an event with 2,000 other
+    properties were 4 million copied properties (over 500 MB) until only the ones read were kept."""
+    settings = settings_for(tmp_path, calendar_expand_mb=256)
+    start = dt.datetime(2027, 3, 11, 15, tzinfo=UTC)
+    times = ",".join((start + dt.timedelta(seconds=n)).strftime("%Y%m%dT%H%M%SZ") for n in range(2000))
+    feed.ics = calendar(event("busy", "DTSTART:20270311T150000Z", "DTEND:20270311T150001Z", "RDATE:" + times,
+                              *[f"X-NOTE-{n}:note {n}" for n in range(2000)]))
+    assert "1 busy intervals" in run_calendar(settings, now=NOW)  # 15:00:00 to 15:33:20 UTC, merged
+    conn = db.connect(settings.db_path, readonly=True)
+    assert [tuple(row) for row in conn.execute("SELECT start_utc, end_utc FROM coffee_busy")] == [
+        ("2027-03-11T15:00:00Z", "2027-03-11T15:33:20Z")]
+
+
+def test_a_rule_dateutil_cannot_compute_is_skipped_and_the_rest_kept(tmp_path, feed):
+    settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
+    feed.ics = calendar(
+        event("impossible", "DTSTART:20200101T150000Z", "DTEND:20200101T160000Z", "RRULE:FREQ=HOURLY;BYHOUR=25"),
+        event("good", "DTSTART;TZID=America/New_York:20270311T120000", "DTEND;TZID=America/New_York:20270311T130000"))
+    assert "1 busy intervals" in run_calendar(settings, now=NOW)  # dateutil raised TypeError on the whole feed
+    days = by_day(read(settings, NOW)["slots"])
+    assert "12:00" not in days["2027-03-11"] and "11:15" in days["2027-03-11"]
+
+
+def test_a_webcal_address_is_read_over_https(tmp_path, monkeypatch):
+    """Calendar apps publish webcal://host/path, which means https://host/path."""
+    ca = trustme.CA()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(tls)
+    server = IcsServer(OWNER_CALENDAR, tls=tls)
+    try:
+        with ca.cert_pem.tempfile() as bundle:
+            monkeypatch.setenv("REQUESTS_CA_BUNDLE", bundle)
+            monkeypatch.setenv("SITE_CALENDAR_ICS_URL", server.feed_url.replace("https://", "webcal://"))
+            settings = settings_for(tmp_path)
+            assert "8 busy intervals" in run_calendar(settings, now=NOW)
+    finally:
+        server.close()
+    assert [path for _, path, _ in server.requests] == ["/calendar.ics"]
+    assert read(settings, NOW)["slots"]
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/calendar.ics", "file:///etc/passwd", "127.0.0.1/calendar.ics",
+                                 "webcal:/127.0.0.1/calendar.ics"])
+def test_other_schemes_are_refused_without_showing_the_address(tmp_path, monkeypatch, url):
+    monkeypatch.setenv("SITE_CALENDAR_ICS_URL", url)
+    with pytest.raises(FeedError, match="must be an https://, http:// or webcal:// address") as caught:
+        run_calendar(settings_for(tmp_path), now=NOW)
+    assert "127.0.0.1" not in str(caught.value) and "passwd" not in str(caught.value)
+
+
+def test_the_expansion_child_stops_itself_should_the_job_die(tmp_path):
+    """The job kills its child at the time limit; a child whose job was killed first stops at a CPU
+    limit of its own instead of running on for as long as the calendar makes it."""
+    started = time.monotonic()
+    child = subprocess.run([sys.executable, "-m", "siteapi.feeds.coffee", "America/New_York", NOW.isoformat(),
+                            (NOW + dt.timedelta(days=16)).isoformat(), "512", "1"],
+                           input=HOURLY_SINCE_1700.encode(), capture_output=True, timeout=60, cwd=ROOT)
+    assert child.returncode == -signal.SIGXCPU and child.stdout == b""
+    assert time.monotonic() - started < 8

@@ -2,6 +2,7 @@
 reader's §4.8 errors."""
 from __future__ import annotations
 
+import time
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -104,10 +105,13 @@ def test_faults_keep_the_last_good_copy(tmp_path, spotify, fault, message):
     assert now_playing(settings) == before
 
 
-def test_a_server_that_drips_is_left_at_the_time_limit(tmp_path, spotify):
+@pytest.mark.parametrize("fault", ["drip", "drip-headers"])
+def test_a_server_that_drips_is_left_at_the_time_limit(tmp_path, spotify, fault):
+    """A read timeout starts again with every byte: dripped headers used to hold the job for as long
+    as the server went on (a hundred lines of 64 KB)."""
     settings = settings_for(tmp_path, spotify)
     run_tracks(settings)
-    spotify.fault = "drip"
+    spotify.fault = fault
     dripping = settings_for(tmp_path, spotify, spotify_timeout=2.0)  # well under the 10 s the whole body takes
     with pytest.raises(FeedError, match="took longer than its time limit"):
         run_tracks(dripping)
@@ -246,3 +250,133 @@ def test_storage_never_set_up_is_500_and_unreadable_is_503(tmp_path, spotify):
     broken.db_path.write_bytes(b"this is not a database file" * 100)
     err = error_of(broken)
     assert (err.status, err.body["code"]) == (503, "storage_unavailable")
+
+
+def _unnamed(item):
+    item["track"]["name"] = None
+
+
+def _nameless(item):
+    del item["track"]["name"]
+
+
+def _numbered(item):
+    item["track"]["name"] = 42
+
+
+def _endless_title(item):
+    item["track"]["name"] = "la " * 2_000
+
+
+def _no_id(item):
+    item["track"]["id"] = None
+
+
+def _path_for_id(item):
+    item["track"]["id"] = "../../evil?x="  # would have made song_link_url another address
+
+
+@pytest.mark.parametrize("spoil", [_unnamed, _nameless, _numbered, _endless_title, _no_id, _path_for_id])
+def test_a_track_without_a_usable_id_or_name_is_skipped_and_the_rest_kept(tmp_path, spotify, checker, spoil):
+    """Tracks requires a title and an id: a visitor sees the rest of the playlist, without the one
+    track there is nothing to show for, rather than an hours-old copy."""
+    settings = settings_for(tmp_path, spotify)
+    run_tracks(settings)
+    spoil(spotify.items[0])
+    spotify.items[3]["track"]["name"] = "Song 2 (Live)"  # items[2] is the removed track
+    assert "4 tracks (1 skipped: no id or name)" in run_tracks(settings)
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        r = Client(base, checker).get("/rn/tracks")  # validated against /openapi.json
+    body = r.json()
+    assert [t["title"] for t in body["tracks"]] == ["Song 1", "Song 2 (Live)", "Song 3", "Song 4"]
+    assert body["count"] == 4 and all(t["song_link_url"] == f"https://song.link/s/{t['id']}" for t in body["tracks"])
+
+
+def test_an_item_that_is_not_an_object_is_skipped(tmp_path, spotify):
+    settings = settings_for(tmp_path, spotify)
+    spotify.items.insert(0, "not an item")
+    assert "5 tracks (1 skipped" in run_tracks(settings)
+    assert [t["title"] for t in now_playing(settings)["tracks"]] == [f"Song {n}" for n in range(5)]
+
+
+def test_a_playlist_whose_tracks_are_all_unusable_keeps_the_last_copy(tmp_path, spotify):
+    """Every track without a name is a change of the API's shape, not a playlist to empty."""
+    settings = settings_for(tmp_path, spotify)
+    run_tracks(settings)
+    before = now_playing(settings)
+    for item in spotify.items:
+        if item["track"]:
+            item["track"]["title"] = item["track"].pop("name")
+    with pytest.raises(FeedError, match="none of its 5 tracks has an id and a name"):
+        run_tracks(settings)
+    assert now_playing(settings) == before
+
+
+def test_links_dates_and_numbers_out_of_the_schema_become_null(tmp_path, spotify, checker):
+    settings = settings_for(tmp_path, spotify)
+    item = spotify.items[0]
+    track = item["track"]
+    item["added_at"] = "last Tuesday"
+    track["preview_url"] = "javascript:alert(document.cookie)"
+    track["external_urls"] = {"spotify": "not a link"}
+    track["album"]["name"] = "A" * 5_000
+    track["album"]["images"] = [{"url": "ftp://i.scdn.co/cover"}, {"url": "https://i.scdn.co/image/small"}]
+    track["duration_ms"] = 10**30  # more than SQLite's INTEGER holds: the insert raised OverflowError
+    track["artists"][0]["external_urls"] = {"spotify": "https://open.spotify.com/artist/<script>"}
+    spotify.items[1]["track"]["duration_ms"] = -1
+    spotify.items[3]["added_at"] = "2026-13-45T25:61:00Z"
+    assert "5 tracks" in run_tracks(settings)
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        tracks = Client(base, checker).get("/rn/tracks").json()["tracks"]
+    first = tracks[0]
+    assert (first["added_at"], first["preview_url"], first["album"], first["duration_ms"]) == (None, None, None, None)
+    assert first["spotify_url"] == f"https://open.spotify.com/track/{first['id']}"
+    assert first["image_url"] == "https://i.scdn.co/image/small"  # the first http(s) picture
+    assert first["artists"][0]["spotify_url"] is None
+    assert tracks[1]["duration_ms"] is None and tracks[2]["added_at"] is None
+    assert tracks[3]["added_at"] == spotify.items[4]["added_at"]  # a real date is kept
+
+
+def test_a_track_with_hundreds_of_artists_keeps_the_first_50(tmp_path, spotify):
+    settings = settings_for(tmp_path, spotify)
+    spotify.items[0]["track"]["artists"] = [{"id": f"a{n}", "name": f"Player {n}"} for n in range(500)]
+    run_tracks(settings)
+    artists = now_playing(settings)["tracks"][0]["artists"]
+    assert [a["name"] for a in artists] == [f"Player {n}" for n in range(50)]
+
+
+def test_a_playlist_too_large_to_store_keeps_the_last_copy(tmp_path, spotify):
+    """Each answer is capped at 5 MB, but a playlist is many answers: what would be stored and
+    served is capped at 20 million characters."""
+    settings = settings_for(tmp_path, spotify)
+    run_tracks(settings)
+    before = now_playing(settings)
+    server = SpotifyServer(playlist_id=spotify.playlist_id, track_count=420)
+    server.PAGE = 60
+    try:
+        for n, item in enumerate(i for i in server.items if i["track"]):  # 50 artists of 990 characters a track
+            item["track"]["artists"] = [{"id": f"a{n}x{m}", "name": f"{n}-{m}".ljust(990, "a")} for m in range(50)]
+        with pytest.raises(FeedError, match="larger than 20000000 characters"):
+            run_tracks(settings_for(tmp_path, server))
+        assert not [p for _, p, _ in server.requests if p.startswith("/v1/artists?")]
+    finally:
+        server.close()
+    assert now_playing(settings) == before
+
+
+def test_the_whole_read_stops_at_its_time_limit(tmp_path, spotify):
+    """Each call has a limit, but a playlist of 300 one-track pages answered slowly is 300 calls."""
+    settings = settings_for(tmp_path, spotify)
+    run_tracks(settings)
+    before = now_playing(settings)
+    server = SpotifyServer(playlist_id=spotify.playlist_id, track_count=300)
+    server.PAGE, server.page_delay = 1, 0.03  # 300 pages: some 10 s, every call well within its own limit
+    try:
+        started = time.monotonic()
+        with pytest.raises(FeedError, match="took longer than its time limit"):
+            run_tracks(settings_for(tmp_path, server, spotify_run_seconds=2))
+        assert time.monotonic() - started < 6
+        assert len([p for _, p, _ in server.requests if "/tracks?" in p]) < 150
+    finally:
+        server.close()
+    assert now_playing(settings) == before

@@ -3,14 +3,23 @@
 tracks (the owner's playlist), around (venture-firm homepages and their changes), coffee (open
 coffee slots from the owner's calendar), ledger (AI-crawler visits read from Caddy's access log);
 crawlers is the one registry of AI and search crawlers, shared with the lens.
+
+The jobs that read the network (tracks, coffee) make their calls through `session()` inside a
+`time_limit(deadline)`: a socket's read timeout restarts with every byte, so a server that drips
+its status line and headers (http.client reads a hundred header lines of 64 KB) would otherwise
+hold a job for days; at the deadline the limit shuts the call's sockets down.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 
+import requests
 import urllib3
 
 from siteapi import config
+from siteapi.watchdog import Watchdog
 
 
 class FeedError(RuntimeError):
@@ -39,3 +48,78 @@ def read_capped(response, max_bytes: int, deadline: float, what: str) -> tuple[b
     except urllib3.exceptions.HTTPError as exc:
         raise FeedError(f"{what} broke off its answer: {exc.__class__.__name__}.") from None
     return b"".join(chunks), False
+
+
+_current = threading.local()
+
+
+def _watch(sock) -> None:
+    watchdog = getattr(_current, "watchdog", None)
+    if watchdog is not None and sock is not None:
+        watchdog.watch(sock)
+
+
+class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
+    def _new_conn(self):
+        sock = super()._new_conn()
+        _watch(sock)
+        return sock
+
+
+class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    def _new_conn(self):
+        sock = super()._new_conn()
+        _watch(sock)
+        return sock
+
+
+class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+    def _get_conn(self, timeout=None):
+        conn = super()._get_conn(timeout)
+        _watch(conn.sock)  # a kept-alive connection was opened under an earlier limit
+        return conn
+
+
+class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+    def _get_conn(self, timeout=None):
+        conn = super()._get_conn(timeout)
+        _watch(conn.sock)
+        return conn
+
+
+class _WatchedAdapter(requests.adapters.HTTPAdapter):
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+
+def session() -> requests.Session:
+    """A requests Session whose calls `time_limit` can cut off."""
+    http = requests.Session()
+    http.mount("http://", _WatchedAdapter())
+    http.mount("https://", _WatchedAdapter())
+    return http
+
+
+@contextlib.contextmanager
+def time_limit(deadline: float, what: str):
+    """Within the block, this thread's calls through a `session()` are cut off at `deadline` (a
+    time.monotonic() value). Once they were, the block raises FeedError saying `what` took too long,
+    whether the cut broke a read or ended it early (http.client takes the end of the stream for the
+    end of the headers, or of a body without a length)."""
+    outer = getattr(_current, "watchdog", None)
+    watchdog = _current.watchdog = Watchdog(deadline)
+    try:
+        yield
+    except Exception:
+        if not watchdog.fired:
+            raise
+    finally:
+        _current.watchdog = outer
+        watchdog.close()
+    if watchdog.fired:
+        raise FeedError(f"{what} took longer than its time limit.")

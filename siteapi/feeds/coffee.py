@@ -1,17 +1,29 @@
 """Coffee slots: the owner's calendar (an ICS feed) read into busy intervals, and the bookable slots.
 
-The job (every 5 minutes) fetches the feed at `SITE_CALENDAR_ICS_URL`, expands recurring events
-(RRULE, EXDATE, RECURRENCE-ID overrides) with recurring-ical-events, skips cancelled and
-transparent (free) events, and stores only start/end instants, never titles. All-day events block
-their whole day in the host's time zone; floating times are read in that zone too.
+The job (every 5 minutes) fetches the feed at `SITE_CALENDAR_ICS_URL` (an http(s) address, or the
+webcal:// one calendar apps publish, which means https://; any other scheme is refused), expands
+recurring events (RRULE, EXDATE, RECURRENCE-ID overrides) with recurring-ical-events, skips
+cancelled and transparent (free) events, and stores only start/end instants, never titles. All-day
+events block their whole day in the host's time zone; floating times are read in that zone too.
+An event whose rule is broken is skipped; the rest of the calendar still counts.
+The expansion runs in a child process under a time limit (`[feeds] calendar_expand_seconds`, 30)
+and a memory limit (`calendar_expand_mb`, 512): dateutil spends seconds on each rule that never
+matches or is hourly since centuries ago, and an event repeated thousands of times can take
+gigabytes. Past either limit the child is stopped and the calendar refused like any broken feed.
 The reader fails closed: a calendar older than 15 minutes, or never read, offers no slots.
 Slots are laid out on the local wall clock, so a daylight-saving change shifts their UTC instants
 but never drops or doubles one.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import json
+import math
+import resource
 import sqlite3
+import subprocess
+import sys
 import time
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -20,8 +32,8 @@ import recurring_ical_events
 import requests
 
 from siteapi import db
-from siteapi.config import SettingsError
-from siteapi.feeds import FeedError, option, read_capped
+from siteapi.config import ROOT, SettingsError
+from siteapi.feeds import FeedError, option, read_capped, session, time_limit
 from siteapi.web import ApiError
 
 SCHEMA = """
@@ -45,6 +57,10 @@ MAX_FEED_BYTES = 10_000_000
 MAX_BUSY = 5_000
 EXPAND_MARGIN = dt.timedelta(days=2)  # busy intervals are kept a little past the booking horizon
 FRESH_SECONDS = 360  # one job interval plus a minute of slack
+# What the expansion and this module read of an event. Every occurrence is a copy of its event, so
+# an event's other properties (a thousand X- lines, say) would be copied for each of them.
+EVENT_PROPERTIES = frozenset({"UID", "DTSTART", "DTEND", "DURATION", "RRULE", "RDATE", "EXDATE", "RECURRENCE-ID",
+                              "SEQUENCE", "STATUS", "TRANSP"})
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 UTC = dt.timezone.utc
 
@@ -81,6 +97,8 @@ def rules(settings) -> dict:
         "max_age": option(settings, "coffee_max_age_seconds", 900, 60, 86400),
         "booking_url": option(settings, "booking_url", settings.url("/coffee")),
         "timeout": option(settings, "calendar_timeout", 10.0, 0.1, 60),
+        "expand_seconds": option(settings, "calendar_expand_seconds", 30.0, 0.1, 600),
+        "expand_mb": option(settings, "calendar_expand_mb", 512, 64, 65536),
     }
 
 
@@ -105,8 +123,17 @@ def _repeats_within_the_hour(event) -> bool:
         return False
 
 
+class _SkipBrokenSeries(recurring_ical_events.CalendarQuery):
+    """With skip_bad_series, also skip a series whose rule dateutil cannot compute (BYHOUR=25 in an
+    hourly rule raises TypeError) or whose dates overflow, instead of failing the whole calendar."""
+
+    suppressed_errors = [*recurring_ical_events.CalendarQuery.suppressed_errors, ValueError, TypeError, OverflowError]
+
+
 def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datetime) -> list[tuple[int, int]]:
-    """Busy (start_ms, end_ms) pairs between `start` and `end`, merged and sorted. Raises FeedError."""
+    """Busy (start_ms, end_ms) pairs between `start` and `end`, merged and sorted. Raises FeedError.
+
+    Unbounded in time and memory: the job calls it through `expand`."""
     try:
         calendar = icalendar.Calendar.from_ical(ics)
     except Exception:  # icalendar raises ValueError, KeyError, IndexError... on broken input
@@ -120,9 +147,14 @@ def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datet
     for component in calendar.walk():
         component.subcomponents = [c for c in component.subcomponents
                                    if c.name != "VEVENT" or c.get("DTSTART") is not None]
+        if component.name == "VEVENT":
+            for name in set(component) - EVENT_PROPERTIES:
+                del component[name]
+            component.subcomponents = []  # alarms
     spans = []
     try:
-        for event in recurring_ical_events.of(calendar, skip_bad_series=True).between(start, end):
+        for event in recurring_ical_events.of(calendar, skip_bad_series=True,
+                                              calendar_query=_SkipBrokenSeries).between(start, end):
             if str(event.get("STATUS", "")).upper() == "CANCELLED":
                 continue
             if str(event.get("TRANSP", "OPAQUE")).upper() == "TRANSPARENT":
@@ -150,10 +182,79 @@ def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datet
     return [(a, b) for a, b in merged]
 
 
+def expand(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datetime, seconds: float,
+           max_mb: int) -> list[tuple[int, int]]:
+    """busy_intervals in a child process (`python -m siteapi.feeds.coffee`), killed past `seconds` and
+    held to `max_mb` MB of address space. Raises FeedError, also when a limit is passed.
+
+    A process of its own, not a thread: dateutil cannot be stopped from outside. A new interpreter,
+    not a fork of the job's threaded one, and not multiprocessing, which re-imports the job's
+    __main__ in every child."""
+    command = [sys.executable, "-m", __name__, zone.key, start.isoformat(), end.isoformat(), str(max_mb), str(seconds)]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          cwd=ROOT) as child:
+        try:
+            out, _ = child.communicate(ics, timeout=seconds)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            raise FeedError(f"The calendar feed took longer than {seconds:g} s to expand; it is refused.") from None
+    try:
+        answer = json.loads(out)
+    except ValueError:
+        raise FeedError(f"The calendar feed could not be expanded (the expansion ended without an answer, "
+                        f"exit status {child.returncode}).") from None
+    if "error" in answer:
+        raise FeedError(answer["error"])
+    return [(a, b) for a, b in answer["busy"]]
+
+
+def _limit(kind: int, soft: int, hard: int) -> None:
+    _, ceiling = resource.getrlimit(kind)
+    if ceiling != resource.RLIM_INFINITY:
+        soft, hard = min(soft, ceiling), min(hard, ceiling)
+    with contextlib.suppress(ValueError, OSError):  # macOS refuses an address-space limit
+        resource.setrlimit(kind, (soft, hard))
+
+
+def _expand_child(zone: str, start: str, end: str, max_mb: str, seconds: str) -> None:
+    """The child of `expand`: the ICS on stdin, {"busy": [[start_ms, end_ms], ...]} or {"error": sentence}
+    on stdout. It limits itself too: a CPU-time limit just past the parent's ends it should the job
+    be killed before it."""
+    _limit(resource.RLIMIT_AS, int(max_mb) * 2**20, int(max_mb) * 2**20)
+    _limit(resource.RLIMIT_CPU, math.ceil(float(seconds)) + 1, math.ceil(float(seconds)) + 2)
+    ics = sys.stdin.buffer.read()
+    try:
+        answer = {"busy": busy_intervals(ics, ZoneInfo(zone), dt.datetime.fromisoformat(start),
+                                         dt.datetime.fromisoformat(end))}
+    except (FeedError, MemoryError) as exc:
+        cause = exc
+        while cause is not None and not isinstance(cause, MemoryError):  # icalendar turns it into a ValueError
+            cause = cause.__context__
+        answer = {"error": str(exc) if cause is None else
+                  f"The calendar feed needs more than {max_mb} MB to expand; it is refused."}
+    sys.stdout.write(json.dumps(answer))
+
+
+def feed_url(settings) -> str:
+    """SITE_CALENDAR_ICS_URL, a webcal:// address read as https://. Raises FeedError when it is unset
+    or has another scheme (the message leaves the address out: it is a secret)."""
+    url = settings.secret("CALENDAR_ICS_URL")
+    if not url:
+        raise FeedError("Set SITE_CALENDAR_ICS_URL to the calendar's ICS feed address.")
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() == "webcal":
+        return "https://" + rest
+    if scheme.lower() not in ("http", "https"):
+        raise FeedError("SITE_CALENDAR_ICS_URL must be an https://, http:// or webcal:// address.")
+    return url
+
+
 def fetch_ics(url: str, timeout: float) -> bytes:
     deadline = time.monotonic() + timeout
     try:
-        with requests.get(url, timeout=timeout, stream=True, headers={"Accept": "text/calendar"}) as resp:
+        with session() as http, time_limit(deadline, "The calendar feed"), \
+                http.get(url, timeout=timeout, stream=True, headers={"Accept": "text/calendar"}) as resp:
             body, truncated = read_capped(resp, MAX_FEED_BYTES, deadline, "The calendar feed")
             status = resp.status_code
     except requests.RequestException as exc:
@@ -167,15 +268,13 @@ def fetch_ics(url: str, timeout: float) -> bytes:
 
 def run_calendar(settings, now: dt.datetime | None = None) -> str:
     """Job (every 5 minutes): refresh the busy intervals. Raises when it cannot; the old ones stay."""
-    url = settings.secret("CALENDAR_ICS_URL")
-    if not url:
-        raise FeedError("Set SITE_CALENDAR_ICS_URL to the calendar's ICS feed address.")
+    url = feed_url(settings)
     r = rules(settings)
     zone = r["zone"]
     now = (now or dt.datetime.now(UTC)).astimezone(UTC)
     window_end = now + r["horizon"] + EXPAND_MARGIN
-    spans = busy_intervals(fetch_ics(url, r["timeout"]), zone,
-                           now - dt.timedelta(days=1), window_end)
+    spans = expand(fetch_ics(url, r["timeout"]), zone, now - dt.timedelta(days=1), window_end,
+                   r["expand_seconds"], r["expand_mb"])
     iso = lambda ms: dt.datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     conn = db.writer(settings.db_path)
     try:
@@ -249,3 +348,7 @@ def availability(conn: sqlite3.Connection, settings, now: dt.datetime | None = N
     body.update(available=True, stale=not fresh, source="fresh" if fresh else "stale",
                 slots=open_slots(r, [(row[0], row[1]) for row in busy], now))
     return body
+
+
+if __name__ == "__main__":
+    _expand_child(*sys.argv[1:])

@@ -6,22 +6,29 @@ carry artists without images; Get Several Artists takes 50 ids a call), and repl
 in one transaction. A picture is kept 30 days (`[feeds] artist_cache_days`) before its artist is looked
 up again. A 401 means the cached token expired: it is refreshed once and the call retried.
 A failed artists call does not fail the refresh: its artists keep their last stored picture (or none).
+Spotify's answers are outside input, stored only in the shape /openapi.json promises: a track
+without an id or a name (Tracks requires both) is skipped and the rest of the playlist kept, unless
+no track at all is usable (then the API's shape has changed and the last copy stays); a field of the
+wrong type, an over-long text or a URL that is not http(s) becomes null. Every call has its time
+limit (`[feeds] spotify_timeout`), and the whole read one more (`spotify_run_seconds`).
 The reader serves the stored copy and the exact error cases of API.md §4.8; every error body
 keeps `tracks: []`.
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 import sqlite3
 import threading
 import time
 from contextlib import closing
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import requests
 
 from siteapi import db
-from siteapi.feeds import FeedError, option, read_capped
+from siteapi.feeds import FeedError, option, read_capped, session, time_limit
 from siteapi.web import ApiError
 
 SCHEMA = """
@@ -60,6 +67,15 @@ MAX_RESPONSE_BYTES = 5_000_000
 ARTISTS_PER_CALL = 50  # the API's limit for Get Several Artists
 MAX_PLAYLIST_ITEMS = 10_000  # the most items Spotify lets a playlist hold
 MAX_ARTIST_CALLS = 20  # 1,000 artists a run; any past that keep their stored picture
+# Bounds on what one answer can make us store (and serve): Spotify's names run to a few hundred
+# characters, its URLs to about a hundred, its tracks to a few dozen artists.
+MAX_TEXT = 1_000
+MAX_URL = 2_048
+MAX_ARTISTS = 50  # per track; the first ones are kept
+MAX_STORED_CHARS = 20_000_000  # the whole stored copy, as JSON
+SPOTIFY_ID = re.compile(r"[0-9A-Za-z]{1,64}")  # 22 base-62 characters; it goes into song.link's path
+URL = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+")  # the characters RFC 3986 allows
+DATE_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)")  # RFC 3339
 _token_lock = threading.Lock()
 _token_cache: dict[tuple[str, str], tuple[str, float]] = {}
 
@@ -73,13 +89,17 @@ def config(settings) -> dict:
         "timeout": option(settings, "spotify_timeout", 10.0, 0.1, 60),
         "max_tracks": option(settings, "max_tracks", 500, 1, 10_000),
         "artist_cache_days": option(settings, "artist_cache_days", 30, 0, 3650),
+        "run_seconds": option(settings, "spotify_run_seconds", 300.0, 1, 3600),
     }
 
 
-def _get_json(session, url: str, timeout: float, what: str, **kwargs):
-    deadline = time.monotonic() + timeout
+def _get_json(http, cfg: dict, url: str, what: str, **kwargs):
+    """One call, within its own time limit and the whole read's (`cfg["deadline"]`); (status, JSON)."""
+    timeout = cfg["timeout"]
+    deadline = min(time.monotonic() + timeout, cfg["deadline"])
     try:
-        with session.request(kwargs.pop("method", "GET"), url, timeout=timeout, stream=True, **kwargs) as resp:
+        with time_limit(deadline, what), \
+                http.request(kwargs.pop("method", "GET"), url, timeout=timeout, stream=True, **kwargs) as resp:
             body, truncated = read_capped(resp, MAX_RESPONSE_BYTES, deadline, what)
             status = resp.status_code
     except requests.RequestException as exc:
@@ -96,13 +116,13 @@ def _get_json(session, url: str, timeout: float, what: str, **kwargs):
         raise FeedError(f"{what} answered something that is not JSON.") from None
 
 
-def _token(session, cfg: dict, client_id: str, secret: str, refresh: bool = False) -> str:
+def _token(http, cfg: dict, client_id: str, secret: str, refresh: bool = False) -> str:
     key = (cfg["token_url"], client_id)
     with _token_lock:
         cached = _token_cache.get(key)
         if cached and not refresh and cached[1] > time.time() + 30:
             return cached[0]
-        status, data = _get_json(session, cfg["token_url"], cfg["timeout"], "The Spotify token endpoint",
+        status, data = _get_json(http, cfg, cfg["token_url"], "The Spotify token endpoint",
                                  method="POST", data={"grant_type": "client_credentials"}, auth=(client_id, secret))
         if status == 401:
             raise FeedError("The Spotify token endpoint refused the client id and secret (HTTP 401).")
@@ -114,11 +134,11 @@ def _token(session, cfg: dict, client_id: str, secret: str, refresh: bool = Fals
         return token
 
 
-def _api(session, cfg: dict, creds: tuple[str, str], url: str, what: str):
+def _api(http, cfg: dict, creds: tuple[str, str], url: str, what: str):
     """GET an API URL with the bearer token; on 401 refresh the token once and retry."""
     for attempt in range(2):
-        token = _token(session, cfg, *creds, refresh=attempt == 1)
-        status, data = _get_json(session, url, cfg["timeout"], what, headers={"Authorization": f"Bearer {token}"})
+        token = _token(http, cfg, *creds, refresh=attempt == 1)
+        status, data = _get_json(http, cfg, url, what, headers={"Authorization": f"Bearer {token}"})
         if status == 200:
             return data
     raise FeedError(f"{what} refused a freshly issued token (HTTP 401).")
@@ -131,7 +151,25 @@ def _paging(obj, what: str) -> dict:
 
 
 def _text(value) -> str | None:
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and len(value) <= MAX_TEXT else None
+
+
+def _url(value) -> str | None:
+    """An absolute http(s) URL, else None: it is served as `format: uri` and shown as a link."""
+    if not isinstance(value, str) or len(value) > MAX_URL or not URL.fullmatch(value):
+        return None
+    parts = urlsplit(value)
+    return value if parts.scheme in ("http", "https") and parts.netloc else None
+
+
+def _date_time(value) -> str | None:
+    if not isinstance(value, str) or not DATE_TIME.fullmatch(value):
+        return None
+    try:
+        dt.datetime.fromisoformat(value.replace("Z", "+00:00"))  # 2026-13-45T... matches the pattern
+    except ValueError:
+        return None
+    return value
 
 
 def _list(value) -> list:
@@ -140,26 +178,28 @@ def _list(value) -> list:
 
 def _spotify_url(obj: dict) -> str | None:
     urls = obj.get("external_urls")
-    return _text(urls.get("spotify")) if isinstance(urls, dict) else None
+    return _url(urls.get("spotify")) if isinstance(urls, dict) else None
 
 
 def _track_row(entry, position: int) -> dict | None:
+    """The stored row of a playlist item; None for one with nothing to show. Raises FeedError for an
+    item that should be a track but is unusable, which the caller skips."""
     if not isinstance(entry, dict):
         raise FeedError("A playlist item has an unexpected shape: not an object.")
     track = entry.get("item", entry.get("track"))  # `item` in the 2026 shape, `track` before it
     # Removed tracks come back as null; local files and podcast episodes have no song.link.
     if not isinstance(track, dict) or track.get("type", "track") != "track" or track.get("is_local"):
         return None
-    track_id, title = track.get("id"), track.get("name")
-    if not isinstance(track_id, str) or not track_id or not isinstance(title, str):
+    track_id, title = track.get("id"), _text(track.get("name"))
+    if not isinstance(track_id, str) or not SPOTIFY_ID.fullmatch(track_id) or title is None:
         raise FeedError("A playlist track has an unexpected shape: no id or name.")
     # Fields of the wrong type are dropped (null), so what is stored always fits the Tracks schema.
     artists = [
         {"id": _text(a.get("id")), "name": a["name"], "spotify_url": _spotify_url(a)}
-        for a in _list(track.get("artists")) if isinstance(a, dict) and isinstance(a.get("name"), str)
-    ]
+        for a in _list(track.get("artists")) if isinstance(a, dict) and _text(a.get("name")) is not None
+    ][:MAX_ARTISTS]
     album = track.get("album") if isinstance(track.get("album"), dict) else {}
-    images = [i for i in _list(album.get("images")) if isinstance(i, dict) and _text(i.get("url"))]
+    images = [i["url"] for i in _list(album.get("images")) if isinstance(i, dict) and _url(i.get("url"))]
     duration = track.get("duration_ms")
     return {
         "position": position,
@@ -170,57 +210,68 @@ def _track_row(entry, position: int) -> dict | None:
         "album": _text(album.get("name")),
         "spotify_url": _spotify_url(track) or f"https://open.spotify.com/track/{track_id}",
         "song_link_url": f"https://song.link/s/{track_id}",
-        "duration_ms": duration if isinstance(duration, int) and not isinstance(duration, bool) else None,
-        "preview_url": _text(track.get("preview_url")),
+        # a whole number of milliseconds that JavaScript reads exactly (and SQLite can store)
+        "duration_ms": duration if type(duration) is int and 0 <= duration < 2**53 else None,
+        "preview_url": _url(track.get("preview_url")),
         "is_explicit": int(bool(track.get("explicit"))),
-        "image_url": images[0]["url"] if images else None,  # Spotify lists the largest first
-        "added_at": _text(entry.get("added_at")),
+        "image_url": images[0] if images else None,  # Spotify lists the largest first
+        "added_at": _date_time(entry.get("added_at")),
     }
 
 
-def _artist_images(session, cfg: dict, creds: tuple[str, str], ids: list[str]) -> dict[str, str | None]:
+def _artist_images(http, cfg: dict, creds: tuple[str, str], ids: list[str]) -> dict[str, str | None]:
     """Picture URL (largest) or None by artist id, for the ids Spotify answered. A failed call ends
     the lookup (the next would most likely fail too), leaving its ids and the later ones out."""
     images: dict[str, str | None] = {}
     for start in range(0, min(len(ids), ARTISTS_PER_CALL * MAX_ARTIST_CALLS), ARTISTS_PER_CALL):
         batch = ids[start: start + ARTISTS_PER_CALL]
         try:
-            data = _api(session, cfg, creds, f"{cfg['api_base']}/artists?{urlencode({'ids': ','.join(batch)})}",
+            data = _api(http, cfg, creds, f"{cfg['api_base']}/artists?{urlencode({'ids': ','.join(batch)})}",
                         "Spotify's artists")
         except FeedError:
             break
         found = data.get("artists") if isinstance(data, dict) else None
         for artist in found if isinstance(found, list) else []:
             if isinstance(artist, dict) and artist.get("id") in batch:
-                urls = [i["url"] for i in _list(artist.get("images")) if isinstance(i, dict) and _text(i.get("url"))]
+                urls = [i["url"] for i in _list(artist.get("images")) if isinstance(i, dict) and _url(i.get("url"))]
                 images[artist["id"]] = urls[0] if urls else None
     return images
 
 
-def fetch_playlist(settings, known_artists: frozenset[str] = frozenset()) -> tuple[dict, list[dict], dict[str, str | None]]:
+def fetch_playlist(settings, known_artists: frozenset[str] = frozenset()
+                   ) -> tuple[dict, list[dict], dict[str, str | None], int]:
     """Read the playlist, all its items and the pictures of its artists not in `known_artists` from
-    the API; (playlist row, track rows, picture by artist id for the artists looked up). Raises
-    FeedError when the playlist fails."""
+    the API; (playlist row, track rows, picture by artist id for the artists looked up, tracks
+    skipped as unusable). Raises FeedError when the playlist fails."""
     cfg = config(settings)
+    cfg["deadline"] = time.monotonic() + cfg["run_seconds"]
     client_id, secret = settings.secret("SPOTIFY_CLIENT_ID"), settings.secret("SPOTIFY_CLIENT_SECRET")
     if not client_id or not secret:
         raise FeedError("Set SITE_SPOTIFY_CLIENT_ID and SITE_SPOTIFY_CLIENT_SECRET to read the playlist.")
     creds = (client_id, secret)
-    with requests.Session() as session:
-        playlist = _api(session, cfg, creds, f"{cfg['api_base']}/playlists/{cfg['playlist_id']}", "The Spotify playlist")
-        if not isinstance(playlist, dict) or not isinstance(playlist.get("name"), str):
+    with session() as http:
+        playlist = _api(http, cfg, creds, f"{cfg['api_base']}/playlists/{cfg['playlist_id']}", "The Spotify playlist")
+        if not isinstance(playlist, dict) or _text(playlist.get("name")) is None:
             raise FeedError("The Spotify playlist has an unexpected shape: no name.")
         page = _paging(playlist.get("items", playlist.get("tracks")), "The Spotify playlist")
-        rows, position, entries, pages_seen = [], 0, 0, set()
+        rows, entries, skipped, stored, pages_seen = [], 0, 0, 0, set()
         while True:
             for entry in page["items"]:
-                row = _track_row(entry, position)
+                # removed tracks add no rows, so the item count, not the row count, also bounds the reading
+                if len(rows) >= cfg["max_tracks"] or entries >= MAX_PLAYLIST_ITEMS:
+                    break
                 entries += 1
+                try:
+                    row = _track_row(entry, len(rows))
+                except FeedError:
+                    skipped += 1
+                    continue
                 if row:
+                    stored += len(json.dumps(row))
+                    if stored > MAX_STORED_CHARS:
+                        raise FeedError(f"The Spotify playlist is larger than {MAX_STORED_CHARS} characters stored.")
                     rows.append(row)
-                    position += 1
             next_url = page.get("next")
-            # removed tracks add no rows, so the item count, not the row count, bounds the paging
             if not next_url or len(rows) >= cfg["max_tracks"] or entries >= MAX_PLAYLIST_ITEMS:
                 break
             if not isinstance(next_url, str) or not next_url.startswith(cfg["api_base"] + "/"):
@@ -230,11 +281,13 @@ def fetch_playlist(settings, known_artists: frozenset[str] = frozenset()) -> tup
             if not page["items"]:  # nothing bounds the paging then: neither rows nor items grow
                 raise FeedError("The Spotify playlist sent an empty page that points to yet another page.")
             pages_seen.add(next_url)
-            page = _paging(_api(session, cfg, creds, next_url, "A Spotify playlist page"), "A Spotify playlist page")
-        rows = rows[: cfg["max_tracks"]]
+            page = _paging(_api(http, cfg, creds, next_url, "A Spotify playlist page"), "A Spotify playlist page")
+        if skipped and not rows:
+            raise FeedError(f"The Spotify playlist has an unexpected shape: none of its {skipped} tracks has an id "
+                            "and a name.")
         ids = list(dict.fromkeys(a["id"] for row in rows for a in row["artists"]
-                                 if isinstance(a["id"], str) and a["id"] and a["id"] not in known_artists))
-        images = _artist_images(session, cfg, creds, ids)
+                                 if a["id"] and SPOTIFY_ID.fullmatch(a["id"]) and a["id"] not in known_artists))
+        images = _artist_images(http, cfg, creds, ids)
     head = {
         "playlist_id": cfg["playlist_id"],
         "playlist_name": playlist["name"],
@@ -242,7 +295,7 @@ def fetch_playlist(settings, known_artists: frozenset[str] = frozenset()) -> tup
         "track_count": len(rows),
         "fetched_at": db.now_iso(),
     }
-    return head, rows, images
+    return head, rows, images, skipped
 
 
 def _stored_images(conn: sqlite3.Connection, playlist_id: str) -> dict[str, str | None]:
@@ -269,7 +322,7 @@ def run_tracks(settings) -> str:
         return "no playlist set ([feeds] playlist_id); nothing to read"
     days = config(settings)["artist_cache_days"]
     recent = _recent_artists(settings, days)
-    head, rows, images = fetch_playlist(settings, recent)
+    head, rows, images, skipped = fetch_playlist(settings, recent)
     kept = len({a["id"] for row in rows for a in row["artists"]} & recent)
     conn = db.writer(settings.db_path)
     try:
@@ -292,8 +345,9 @@ def run_tracks(settings) -> str:
                 " :track_count, :fetched_at)", head)
     finally:
         conn.close()
-    return (f"playlist {head['playlist_name']!r}: {len(rows)} tracks, {len(images)} artists looked up, "
-            f"{kept} pictures younger than {days} days kept")
+    return (f"playlist {head['playlist_name']!r}: {len(rows)} tracks"
+            + (f" ({skipped} skipped: no id or name)" if skipped else "")
+            + f", {len(images)} artists looked up, {kept} pictures younger than {days} days kept")
 
 
 def _error(status: int, sentence: str, code: str) -> ApiError:

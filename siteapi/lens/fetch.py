@@ -26,7 +26,6 @@ from __future__ import annotations
 import io
 import ipaddress
 import re
-import socket
 import threading
 import time
 import zlib
@@ -46,6 +45,7 @@ from urllib3.exceptions import (ConnectTimeoutError, HTTPError, NameResolutionEr
 
 from siteapi.botauth import BotSigner, signer_for
 from siteapi.config import option
+from siteapi.watchdog import Watchdog
 
 USER_AGENT = "AadharshBot/1.0 (+https://aadhar.sh/bot)"
 ACCEPT_HTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -352,52 +352,7 @@ def decode_body(raw: bytes, content_encoding: str, limit: int, raw_truncated: bo
 
 # --- deadline -------------------------------------------------------------------------------
 
-class _Watchdog:
-    """Shuts every socket of one fetch down when its deadline passes, waking any blocked read."""
-
-    def __init__(self, deadline: float):
-        self.deadline = deadline
-        self.budget_s = deadline - time.monotonic()
-        self.fired = False
-        self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def watch(self, sock: socket.socket) -> None:
-        # a duplicate descriptor: shutdown() acts on the socket itself, so it also stops the
-        # TLS layer that later takes the original descriptor over
-        with self._lock:
-            self._socks.append(sock.dup())
-            if self.fired:
-                self._shutdown(self._socks[-1])
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            for sock in self._socks:
-                self._shutdown(sock)
-
-    @staticmethod
-    def _shutdown(sock: socket.socket) -> None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self._timer.cancel()
-        with self._lock:
-            for sock in self._socks:
-                sock.close()
-            self._socks.clear()
-
-
-_current = threading.local()
+_current = threading.local()  # the Watchdog of this thread's fetch
 
 
 class _FinalResponse(HTTPResponse):
@@ -489,7 +444,7 @@ class Fetcher:
         target = parse_target(url, self.policy)
         asked = target.url
         redirects: list[str] = []
-        watchdog = _Watchdog(deadline)
+        watchdog = Watchdog(deadline)
         _current.watchdog = watchdog
         try:
             while True:
@@ -551,7 +506,7 @@ class Fetcher:
                     f"{where} {reason}; the lens only fetches public internet addresses on ports 80 and 443.")
         return addresses
 
-    def _open(self, target: Target, extra: Mapping[str, str], watchdog: _Watchdog, hop: int):
+    def _open(self, target: Target, extra: Mapping[str, str], watchdog: Watchdog, hop: int):
         addresses = self._addresses(target, watchdog.deadline, watchdog.budget_s, hop)
         request_headers = {"Host": target.host_header, "User-Agent": self.user_agent, "Accept": ACCEPT_HTML,
                            "Accept-Encoding": ACCEPT_ENCODING, "Connection": "close"}
@@ -590,7 +545,7 @@ class Fetcher:
             pool.ConnectionCls = _WatchedHTTPConnection
         return pool
 
-    def _read(self, response, cap: int, watchdog: _Watchdog, keep_partial: bool) -> tuple[bytes, bool]:
+    def _read(self, response, cap: int, watchdog: Watchdog, keep_partial: bool) -> tuple[bytes, bool]:
         raw = bytearray()
         try:
             while len(raw) <= cap:
@@ -609,7 +564,7 @@ class Fetcher:
             response.close()
         return bytes(raw[:cap]), len(raw) > cap
 
-    def _failure(self, exc: Exception | None, watchdog: _Watchdog, target: Target) -> FetchFailed:
+    def _failure(self, exc: Exception | None, watchdog: Watchdog, target: Target) -> FetchFailed:
         # NewConnectionError subclasses ConnectTimeoutError in urllib3, so it is sorted out first
         connect_failed = isinstance(exc, NewConnectionError) and not any(isinstance(c, TimeoutError) for c in _causes(exc))
         if watchdog.fired or watchdog.remaining() <= 0 or (

@@ -1,0 +1,53 @@
+"""Deadlines for blocking socket reads: a Watchdog shuts every socket handed to it down when its
+deadline passes, waking any read blocked on one. A socket's own read timeout restarts with every
+byte, so a server that drips its answer would otherwise hold the reader as long as it likes. Used
+by the lens fetcher and by the feed jobs' HTTP session.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+
+
+class Watchdog:
+    def __init__(self, deadline: float):
+        self.deadline = deadline  # a time.monotonic() value
+        self.budget_s = deadline - time.monotonic()
+        self.fired = False
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, self.budget_s), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def watch(self, sock: socket.socket) -> None:
+        # A duplicate descriptor: shutdown() acts on the connection itself, so it also stops a TLS
+        # layer over the original (an SSLSocket can neither be shut from another thread nor dup()ed).
+        with self._lock, contextlib.suppress(OSError):  # a socket closed meanwhile has nothing to stop
+            self._socks.append(socket.socket(fileno=os.dup(sock.fileno())))
+            if self.fired:
+                self._shutdown(self._socks[-1])
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            for sock in self._socks:
+                self._shutdown(sock)
+
+    @staticmethod
+    def _shutdown(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            for sock in self._socks:
+                sock.close()
+            self._socks.clear()
