@@ -6,15 +6,25 @@
 
 Each job does its network and parsing outside any transaction, writes in one short transaction,
 and returns a summary line; a failure is recorded in `job_runs` and leaves the last good data.
+
+A job runs in one process at a time and the scheduler once per site.db, whoever starts them
+(`make run`, systemd, a hand): each holds an exclusive lock on a file beside site.db
+(`site.db-job-NAME.lock`, `site.db-scheduler.lock`) that the kernel lets go when the process
+ends, however it ends. So a run that finds its job's lock taken does nothing, and a run that finds
+an unfinished run of its job in `job_runs` knows that run died, and closes it as failed.
 """
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
+import sqlite3
 import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable
+from pathlib import Path
+from typing import IO, Callable
 
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -56,24 +66,77 @@ JOBS: dict[str, Job] = {
 }
 
 
+def lock_path(settings: Settings, holder: str) -> Path:
+    """The lock file of a job (`job-photos`) or of the scheduler, beside site.db."""
+    return Path(f"{settings.db_path}-{holder}.lock")
+
+
+def try_lock(path: Path) -> IO | None:
+    """The open lock file, holding an exclusive lock on it until closed; None while another
+    process (or another run in this one) holds it. Opened for reading, which is all flock needs:
+    a lock file made by a run by hand as another user (root) still serves the service's user."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return open(fd)  # noqa: SIM115 - the caller holds it open for as long as it holds the lock
+
+
 def run_job(settings: Settings, name: str) -> tuple[bool, str]:
-    """Run one job, recording it in job_runs; returns (ok, summary or error)."""
-    conn = db.writer(settings.db_path)
+    """Run one job, recording it in job_runs; returns (ok, summary or error). A job already
+    running elsewhere is not run again; a site.db that cannot be used fails the run with a
+    sentence (recorded when site.db can still take it)."""
+    try:
+        lock = try_lock(lock_path(settings, f"job-{name}"))
+    except OSError as exc:
+        return _failed(name, db.storage_problem(settings.db_path, exc))
+    if lock is None:
+        return _failed(name, f"{name} is already running on {settings.db_path} in another process (the scheduler "
+                             f"or another `python jobs.py run {name}`); this run did nothing.")
+    with lock:
+        try:
+            conn = db.writer(settings.db_path)
+        except (sqlite3.Error, OSError) as exc:
+            return _failed(name, db.storage_problem(settings.db_path, exc))
+        try:
+            return _run_recorded(settings, name, conn)
+        finally:
+            conn.close()
+
+
+def _run_recorded(settings: Settings, name: str, conn) -> tuple[bool, str]:
     try:
         run_id = db.start_job_run(conn, name)
-        started = time.monotonic()
-        try:
-            summary = JOBS[name].run(settings)
-        except Exception as exc:  # any failure is recorded; the job's last good data stays
-            log.error("job %s failed: %s", name, exc)
-            log.debug("job %s traceback", name, exc_info=True)
-            db.finish_job_run(conn, run_id, False, error=f"{type(exc).__name__}: {exc}")
-            return False, str(exc)
-        summary = f"{summary} ({time.monotonic() - started:.1f}s)"
-        db.finish_job_run(conn, run_id, True, summary=summary)
-        return True, summary
-    finally:
-        conn.close()
+    except sqlite3.Error as exc:
+        return _failed(name, db.storage_problem(settings.db_path, exc))
+    started = time.monotonic()
+    try:
+        summary = JOBS[name].run(settings)
+    except Exception as exc:  # any failure is recorded; the job's last good data stays
+        log.debug("job %s traceback", name, exc_info=True)
+        error = db.storage_problem(settings.db_path, exc) if isinstance(exc, sqlite3.Error) else str(exc)
+        _record(settings, conn, run_id, False, error=f"{type(exc).__name__}: {error}")
+        return _failed(name, error)
+    summary = f"{summary} ({time.monotonic() - started:.1f}s)"
+    _record(settings, conn, run_id, True, summary=summary)
+    return True, summary
+
+
+def _failed(name: str, error: str) -> tuple[bool, str]:
+    log.error("job %s failed: %s", name, error)
+    return False, error
+
+
+def _record(settings: Settings, conn, run_id: int, ok: bool, summary: str = "", error: str | None = None) -> None:
+    """The run's end in job_runs; a site.db that cannot take it (disk full) leaves the run
+    unfinished there, which the job's next run closes as failed."""
+    try:
+        db.finish_job_run(conn, run_id, ok, summary=summary, error=error)
+    except sqlite3.Error as exc:
+        log.error("the end of this run could not be recorded in job_runs: %s", db.storage_problem(settings.db_path, exc))
 
 
 def build_trigger(spec: dict):
@@ -92,28 +155,45 @@ def overdue(conn, name: str, trigger: CronTrigger, now: datetime) -> bool:
     return due is not None and due <= now
 
 
-def schedule(settings: Settings) -> None:
+def schedule(settings: Settings) -> int:
     from apscheduler.schedulers.blocking import BlockingScheduler
 
-    scheduler = BlockingScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 300})
-    now = datetime.now(timezone.utc)
-    conn = db.writer(settings.db_path)
     try:
-        for name, job in JOBS.items():
-            trigger = build_trigger(job.trigger)
+        lock = try_lock(lock_path(settings, "scheduler"))
+    except OSError as exc:
+        print(f"jobs: {db.storage_problem(settings.db_path, exc)}", file=sys.stderr)
+        return 1
+    if lock is None:
+        print(f"jobs: another scheduler already runs the jobs of {settings.db_path} (`make run`, or systemd's "
+              "site-jobs.service); stop it first, or use `python jobs.py run NAME` for one run.", file=sys.stderr)
+        return 1
+    with lock:
+        scheduler = BlockingScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 300})
+        now = datetime.now(timezone.utc)
+        triggers = {name: build_trigger(job.trigger) for name, job in JOBS.items()}
+        try:
+            conn = db.writer(settings.db_path)
+            try:
+                late = {name for name, trigger in triggers.items()
+                        if isinstance(trigger, CronTrigger) and overdue(conn, name, trigger, now)}
+            finally:
+                conn.close()
+        except (sqlite3.Error, OSError) as exc:  # every job runs now, and fails with this sentence until it is fixed
+            log.error("%s", db.storage_problem(settings.db_path, exc))
+            late = set(JOBS)
+        for name, trigger in triggers.items():
             # Interval jobs also run once at start, so a deploy never serves data an interval old.
-            at_start = isinstance(trigger, IntervalTrigger) or overdue(conn, name, trigger, now)
+            at_start = isinstance(trigger, IntervalTrigger) or name in late
             scheduler.add_job(run_job, trigger, args=(settings, name), id=name, name=name,
                               **({"next_run_time": now} if at_start else {}))
             if at_start:
                 log.info("%s runs now, then %s", name, trigger)
-    finally:
-        conn.close()
-    log.info("scheduling %s", ", ".join(JOBS))
-    try:
-        scheduler.start()
-    except (KeyboardInterrupt, SystemExit):
-        pass
+        log.info("scheduling %s", ", ".join(JOBS))
+        try:
+            scheduler.start()
+        except (KeyboardInterrupt, SystemExit):
+            pass
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -124,8 +204,7 @@ def main(argv: list[str]) -> int:
         print(f"jobs: {exc}", file=sys.stderr)
         return 2
     if not argv:
-        schedule(settings)
-        return 0
+        return schedule(settings)
     if argv[0] == "list":
         for name, job in JOBS.items():
             print(f"{name:10} {job.trigger}  {job.about}")

@@ -4,10 +4,19 @@ Writers (jobs, and the app's few small rows) open read-write connections in WAL 
 open `mode=ro`, one connection per thread. Every connection sets `busy_timeout`. Each area owns
 its own tables and declares them as a `SCHEMA` string in its module; `ensure_schema` applies them
 all, so a fresh `site.db` is complete after one call.
+
+A site.db that is missing or empty when a writer opens it is made whole under a temporary name
+and renamed into place, after the -wal and -shm of the file that was there are set aside (SQLite
+would otherwise replay that WAL into the new file). A thread's reader follows the file at the path:
+when it is replaced by another database it reopens; while the path holds nothing readable (deleted,
+garbage) it keeps reading the file it has, the last good data.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib
+import os
 import sqlite3
 import threading
 import time
@@ -15,6 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 BUSY_TIMEOUT_MS = 5000
+# How often a thread's reader checks that the path still names the file it reads (a stat call).
+REOPEN_CHECK_S = 1.0
 
 # Modules whose SCHEMA string defines tables in site.db (each area adds itself here).
 SCHEMA_MODULES = (
@@ -38,12 +49,15 @@ CREATE INDEX IF NOT EXISTS job_runs_name ON job_runs(name, started);
 
 
 def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
-    """Open site.db. Read-only connections cannot write even by mistake (`mode=ro`)."""
+    """Open site.db. Read-only connections cannot write even by mistake (`mode=ro`); a writer
+    makes a missing or empty site.db first (`_create`)."""
     path = Path(path)
     if readonly:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not _has_content(path):
+            _create(path)
+        _writable_sidecars(path)
         conn = sqlite3.connect(path, check_same_thread=False)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -53,18 +67,106 @@ def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
+def _has_content(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except FileNotFoundError:
+        return False
+
+
+def _create(path: Path) -> None:
+    """Put an empty site.db with every area's tables, in WAL mode, at `path` (missing or empty).
+
+    A -wal or -shm at the path belongs to a file that is gone or was emptied: SQLite would replay
+    that WAL into the new file, and a reader still on the old file shares that -shm. So the -shm
+    is removed and a WAL with frames kept aside as `-wal-orphaned-<time>`. The file is built under
+    a temporary name and renamed into place, so no reader sees it half made; writers that find
+    the path empty at once take turns on a lock of the folder, and the first one builds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        if _has_content(path):
+            return
+        for stale in path.parent.glob(f".{path.name}.new-*"):  # left by a creator killed while building
+            stale.unlink(missing_ok=True)
+        temp = path.with_name(f".{path.name}.new-{os.getpid()}-{threading.get_ident()}")
+        try:
+            conn = sqlite3.connect(temp)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                ensure_schema(conn)
+            finally:
+                conn.close()  # the last connection checkpoints and removes temp's -wal and -shm
+            wal = Path(f"{path}-wal")
+            if _has_content(wal):
+                os.replace(wal, f"{wal}-orphaned-{time.strftime('%Y%m%dT%H%M%S')}")
+            for leftover in (wal, Path(f"{path}-shm")):
+                leftover.unlink(missing_ok=True)
+            os.replace(temp, path)
+        finally:
+            for name in (temp, Path(f"{temp}-wal"), Path(f"{temp}-shm")):
+                name.unlink(missing_ok=True)
+    finally:
+        os.close(folder)
+
+
+def _writable_sidecars(path: Path) -> None:
+    """SQLite gives a new -wal and -shm the mode of site.db; made while site.db was read-only they
+    stay read-only while a reader keeps them (they are never recreated), and every write then
+    fails after site.db is writable again. Give them site.db's mode (only their owner can)."""
+    if not os.access(path, os.W_OK):
+        return
+    for suffix in ("-wal", "-shm"):
+        sidecar = Path(f"{path}{suffix}")
+        if sidecar.exists() and not os.access(sidecar, os.W_OK):
+            with contextlib.suppress(OSError):
+                os.chmod(sidecar, path.stat().st_mode & 0o666)
+
+
 _local = threading.local()
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _is_database(path: Path) -> bool:
+    """True when `path` opens read-only as a database that has tables."""
+    try:
+        with contextlib.closing(connect(path, readonly=True)) as conn:
+            return conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
+
+
 def reader(path: str | Path) -> sqlite3.Connection:
-    """This thread's read-only connection to `path` (opened once, reused)."""
+    """This thread's read-only connection to `path` (opened once, reused). At most every
+    REOPEN_CHECK_S it checks that the path still names the file it reads: replaced by another
+    database (a rebuilt or restored site.db), it opens that one; deleted, or replaced by something
+    that is no database, it keeps the file it has. The connection it leaves is closed once no
+    cursor uses it any more."""
     key = str(path)
     conns = getattr(_local, "conns", None)
     if conns is None:
         conns = _local.conns = {}
-    conn = conns.get(key)
-    if conn is None:
-        conn = conns[key] = connect(path, readonly=True)
+    now = time.monotonic()
+    held = conns.get(key)
+    if held is not None:
+        conn, identity, checked = held
+        if now - checked < REOPEN_CHECK_S:
+            return conn
+        current = _identity(Path(path))
+        if current is None or current == identity or not _is_database(Path(path)):
+            conns[key] = (conn, identity, now)
+            return conn
+    identity = _identity(Path(path))
+    conn = connect(path, readonly=True)
+    conns[key] = (conn, identity, now)
     return conn
 
 
@@ -102,10 +204,12 @@ def transaction(conn: sqlite3.Connection):
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
+        conn.execute("COMMIT")  # may fail (disk full, deferred constraint): the transaction is then still open
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # SQLite has already rolled back after some errors (SQLITE_FULL, IOERR)
+            with contextlib.suppress(sqlite3.Error):  # the error that got here says more
+                conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
 
 
 def writer(path: str | Path) -> sqlite3.Connection:
@@ -134,8 +238,16 @@ def now_iso(ago_s: float = 0) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - ago_s))
 
 
+ABANDONED = ("The run stopped before it recorded its end (its process was killed or the machine went down); "
+             "what it had not committed was rolled back.")
+
+
 def start_job_run(conn: sqlite3.Connection, name: str) -> int:
+    """Record a run of `name` as started. The caller holds the job's lock (jobs.py), so a run of
+    `name` left unfinished can only be one that died: it is closed as failed (ABANDONED)."""
     with transaction(conn):
+        conn.execute("UPDATE job_runs SET finished = ?, ok = 0, error = ? WHERE name = ? AND finished IS NULL",
+                     (now_iso(), ABANDONED, name))
         cur = conn.execute("INSERT INTO job_runs(name, started) VALUES (?, ?)", (name, now_iso()))
     return cur.lastrowid
 
@@ -146,3 +258,25 @@ def finish_job_run(conn: sqlite3.Connection, run_id: int, ok: bool, summary: str
             "UPDATE job_runs SET finished = ?, ok = ?, summary = ?, error = ? WHERE id = ?",
             (now_iso(), int(ok), summary, error, run_id),
         )
+
+
+def storage_problem(path: str | Path, exc: BaseException) -> str:
+    """One sentence for an error from site.db itself (sqlite3.Error, or OSError around the file):
+    what failed and what the owner can do."""
+    text = str(exc) if isinstance(exc, sqlite3.Error) else (getattr(exc, "strerror", None) or str(exc))
+    lowered = text.lower()
+    if "readonly" in lowered or "read-only" in lowered or "permission" in lowered:
+        hint = "make it, its folder and its -wal and -shm files writable by the user the jobs run as"
+    elif "full" in lowered or "no space" in lowered:
+        hint = "free disk space; the last good data stays until a run succeeds"
+    elif "disk i/o" in lowered:
+        hint = ("check the disk: full (SQLite cannot grow site.db-shm then) or failing; the last good data stays "
+                "until a run succeeds")
+    elif "not a database" in lowered or "malformed" in lowered:
+        hint = ("the file is damaged: stop the app, Datasette and the jobs, then restore a backup (removing "
+                "site.db-wal and site.db-shm) or move the file aside and run the jobs to rebuild it")
+    elif "locked" in lowered or "busy" in lowered:
+        hint = f"another connection held it longer than {BUSY_TIMEOUT_MS // 1000} s; the next run tries again"
+    else:
+        hint = "the last good data stays; the next run tries again"
+    return f"site.db ({path}) could not be used: {text}; {hint}."

@@ -450,8 +450,12 @@ def make_thumbnails(data: bytes, stem: str, out_dir: Path) -> dict[str, str]:
         target = out_dir / name
         if not target.exists():
             temp = target.with_name(f".{name}.tmp")
-            temp.write_bytes(payload)
-            os.replace(temp, target)
+            try:
+                temp.write_bytes(payload)
+                os.replace(temp, target)
+            except BaseException:
+                temp.unlink(missing_ok=True)  # a write cut short (a full disk) leaves no part of a file
+                raise
         names[kind] = name
     return names
 
@@ -531,8 +535,12 @@ def _stage_copy(full_dir: Path, name: str, payload: bytes, mtime_ns: int) -> Pat
     stopped between its commit and its renames is seen to be stale and written again."""
     full_dir.mkdir(parents=True, exist_ok=True)
     temp = full_dir / f".{name}.tmp"
-    temp.write_bytes(payload)
-    os.utime(temp, ns=(mtime_ns, mtime_ns))
+    try:
+        temp.write_bytes(payload)
+        os.utime(temp, ns=(mtime_ns, mtime_ns))
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
     return temp
 
 
@@ -651,6 +659,7 @@ def run_photos(settings) -> str:
                            f"(or run `python -m siteapi.demo_photos {folder}` for the demo set).")
     images_dir = Path(settings.images_dir)
     full_dir = images_dir / FULL_DIR
+    started = time.time()
     conn = db.writer(settings.db_path)
     try:
         existing = {row["stem"]: row for row in conn.execute("SELECT * FROM photos")}
@@ -757,6 +766,8 @@ def run_photos(settings) -> str:
         if full_dir.is_dir():
             _delete_files(full_dir, {p.name for p in full_dir.iterdir()
                                      if p.is_file() and not p.name.startswith(".")} - published)
+        for place in (images_dir, full_dir):
+            _delete_stale_temps(place, started)
         return report.summary()
     finally:
         conn.close()
@@ -775,6 +786,15 @@ def _sweep_superseded(images_dir: Path, referenced: set[str]) -> None:
     _delete_files(images_dir, {entry.name for entry in os.scandir(images_dir)
                                if entry.is_file() and not entry.name.startswith(".")
                                and entry.name not in referenced and entry.stat().st_mtime < cutoff})
+
+
+def _delete_stale_temps(folder: Path, before: float) -> None:
+    """Delete the temporary files a run killed while writing left (one run at a time, under jobs.py's
+    lock: this run's own are renamed or gone by now). By ctime: a staged copy carries an old mtime."""
+    if folder.is_dir():
+        _delete_files(folder, {entry.name for entry in os.scandir(folder) if entry.is_file()
+                               and entry.name.startswith(".") and entry.name.endswith(".tmp")
+                               and entry.stat().st_ctime < before})
 
 
 def _delete_files(folder: Path, names: set[str]) -> None:

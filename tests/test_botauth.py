@@ -8,6 +8,7 @@ import dataclasses
 import os
 import re
 import shutil
+import sqlite3
 import stat
 import subprocess
 import threading
@@ -124,7 +125,7 @@ def test_without_a_usable_key_requests_go_out_unsigned(tmp_path, caplog):
 
 def test_an_older_site_db_gains_the_signed_with_column(tmp_path):
     path = tmp_path / "site.db"
-    old = db.connect(path)
+    old = sqlite3.connect(path)  # a site.db from before signed_with
     old.execute("CREATE TABLE around_crawls (id INTEGER PRIMARY KEY, crawled_at TEXT NOT NULL, crawled_by TEXT NOT NULL,"
                 " target_count INTEGER NOT NULL, elapsed_ms INTEGER NOT NULL)")
     old.execute("INSERT INTO around_crawls VALUES (1, '2026-11-01T05:41:00Z', 'AadharshBot/1.0', 20, 900)")

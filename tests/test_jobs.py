@@ -48,3 +48,45 @@ def test_an_hourly_job_missed_by_a_restart_runs_at_start(conn):
     record(conn, "tracks", "2026-11-24T10:07:03Z", ok=True)
     assert not jobs.overdue(conn, "tracks", tracks, at("2026-11-24T11:06:00"))
     assert jobs.overdue(conn, "tracks", tracks, at("2026-11-24T11:08:00"))
+
+
+@pytest.fixture
+def settings(tmp_path):
+    from conftest import make_settings
+
+    return make_settings(tmp_path)
+
+
+def test_a_job_held_by_another_run_is_not_run_again(settings):
+    settings.access_log.touch()
+    held = jobs.try_lock(jobs.lock_path(settings, "job-lens-caches"))  # as another process's run holds it
+    try:
+        ok, error = jobs.run_job(settings, "lens-caches")
+        assert not ok and "lens-caches is already running" in error and "did nothing" in error
+        assert jobs.run_job(settings, "ledger")[0]  # each job has its own lock
+    finally:
+        held.close()
+    assert jobs.run_job(settings, "lens-caches")[0]
+    conn = db.connect(settings.db_path, readonly=True)
+    assert [r[0] for r in conn.execute("SELECT name FROM job_runs ORDER BY id")] == ["ledger", "lens-caches"]
+    conn.close()
+
+
+def test_an_unfinished_run_is_closed_as_failed_by_the_next_run_of_its_job(settings):
+    conn = db.writer(settings.db_path)
+    with db.transaction(conn):  # runs whose processes died: nothing else can hold their job's lock now
+        conn.executemany("INSERT INTO job_runs(name, started) VALUES (?, '2026-11-21T08:00:00Z')",
+                         [("lens-caches",), ("photos",)])
+    assert jobs.run_job(settings, "lens-caches")[0]
+    rows = conn.execute("SELECT name, finished IS NOT NULL, ok, error FROM job_runs ORDER BY id").fetchall()
+    conn.close()
+    assert [tuple(r) for r in rows] == [("lens-caches", 1, 0, db.ABANDONED), ("photos", 0, None, None),
+                                        ("lens-caches", 1, 1, None)]
+
+
+def test_a_site_db_that_cannot_be_used_fails_the_run_with_a_sentence(settings):
+    settings.db_path.write_bytes(b"this is no SQLite database, only text " * 100)
+    ok, error = jobs.run_job(settings, "lens-caches")
+    assert not ok
+    assert error.startswith(f"site.db ({settings.db_path}) could not be used: file is not a database;")
+    assert settings.db_path.read_bytes().startswith(b"this is no SQLite")  # left as it was found

@@ -1,0 +1,784 @@
+"""Durability under real faults: "faults keep the last good data; nothing is lost or half-written".
+
+Each job runs as its own process (`python jobs.py run NAME`) on a scratch site of its own. To kill
+one in the middle of its write, a small hook on the standard library pauses it at a chosen point (a
+sqlite3 trace callback at a statement inside its transaction, `os.replace` after its commit,
+`Path.write_bytes` halfway through a file) and says so in a file; the test then sends SIGKILL and
+looks at what is left: site.db, the image folders, job_runs, the app's answers, the next run.
+The other faults are real too: site.db deleted, emptied, replaced or made read-only under the
+running app, a WAL left beside a missing site.db, two job processes at once, a full disk (a small
+tmpfs; root only), a read held open while a job writes.
+"""
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import pwd
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+import jobs
+from app import make_app
+from conftest import ROOT
+from feeds_servers import FirmServer, IcsServer, SpotifyServer, _toml_value
+from servers import serve_wsgi
+from siteapi import db, demo_photos
+from siteapi.config import load_settings
+
+HANG_GUARD_S = 120  # only a child that never reaches its pause waits this long; nothing is timed
+
+HOOK = r'''
+import os, pathlib, sqlite3, sys, time
+
+sys.path[:0] = [os.environ["ROOT"], os.path.join(os.environ["ROOT"], "tests")]
+os.chdir(os.environ["ROOT"])
+
+
+def pause():
+    pathlib.Path(os.environ["READY"]).write_text(str(os.getpid()))
+    while True:
+        time.sleep(60)
+
+
+if os.environ.get("PAUSE_SQL"):  # the n-th statement that starts so, inside the job's transaction
+    prefix, _, nth = os.environ["PAUSE_SQL"].partition("#")
+    seen = [0]
+    connect = sqlite3.connect
+
+    def traced(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+
+        def trace(sql):
+            if sql.lstrip().upper().startswith(prefix.upper()):
+                seen[0] += 1
+                if seen[0] == int(nth or 1):
+                    pause()
+        conn.set_trace_callback(trace)
+        return conn
+    sqlite3.connect = traced
+
+if os.environ.get("PAUSE_REPLACE"):  # before the first rename onto a name that contains this
+    replace = os.replace
+
+    def paused_replace(src, dst, *args, **kwargs):
+        if os.environ["PAUSE_REPLACE"] in str(dst):
+            pause()
+        return replace(src, dst, *args, **kwargs)
+    os.replace = paused_replace
+
+if os.environ.get("PAUSE_WRITE"):  # half of the bytes of a file whose path contains this
+    write_bytes = pathlib.Path.write_bytes
+
+    def half_written(self, data):
+        if os.environ["PAUSE_WRITE"] in str(self):
+            with open(self, "wb") as f:
+                f.write(data[: len(data) // 2])
+            pause()
+        return write_bytes(self, data)
+    pathlib.Path.write_bytes = half_written
+
+import jobs  # noqa: E402
+exec(os.environ.get("SEAM", ""))  # the seams the design lets tests replace (a loopback fetcher)
+sys.exit(jobs.main(sys.argv[1:]))
+'''
+
+# Jobs that reach outside services get their loopback seams in the child, as the feed tests do.
+AROUND_SEAM = """
+import dataclasses
+from test_feeds_around import loopback_fetcher
+from siteapi.feeds.around import run_around
+jobs.JOBS["around"] = dataclasses.replace(jobs.JOBS["around"], run=lambda s: run_around(s, fetcher=loopback_fetcher(s)))
+"""
+CENSUS_SEAM = """
+import dataclasses
+from siteapi.lens.census import run_census
+from siteapi.lens.discovery import DnsClient
+from siteapi.lens.fetch import AddressPolicy, Fetcher
+port, dns_port = int(os.environ["WEB_PORT"]), int(os.environ["DNS_PORT"])
+fetcher = Fetcher(policy=AddressPolicy(allow=frozenset({("127.0.0.1", port)})), resolve=lambda host, t: ["127.0.0.1"],
+                  timeout_s=3.0)
+jobs.JOBS["census"] = dataclasses.replace(jobs.JOBS["census"], run=lambda s: run_census(
+    s, fetcher=fetcher, dns=DnsClient(["127.0.0.1"], dns_port)))
+"""
+
+
+@dataclass
+class Site:
+    """A scratch site in `root`: its own site.toml, content, originals, access log and, unless the
+    site.toml puts them elsewhere, site.db and images."""
+    root: Path
+    env: dict
+
+    @property
+    def settings(self):
+        return load_settings(self.root / "site.toml")
+
+    @property
+    def db(self) -> Path:
+        return self.settings.db_path
+
+    @property
+    def images(self) -> Path:
+        return self.settings.images_dir
+
+    def run(self, name: str, user: str | None = None, **env) -> subprocess.CompletedProcess:
+        """`python jobs.py run NAME` to its end."""
+        command = [sys.executable, str(self.root / "hook.py"), "run", name]
+        if user:
+            command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *command]
+        return subprocess.run(command, cwd=ROOT, env={**self.env, **env}, capture_output=True, text=True,
+                              timeout=HANG_GUARD_S)
+
+    def start_paused(self, name: str, **env) -> subprocess.Popen:
+        """`python jobs.py run NAME`, returned once it is paused where `env` says."""
+        ready = self.root / "paused"
+        ready.unlink(missing_ok=True)
+        proc = subprocess.Popen([sys.executable, str(self.root / "hook.py"), "run", name], cwd=ROOT,
+                                env={**self.env, **env, "READY": str(ready)},
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError(f"{name} ended before its pause ({env}): {proc.communicate()[0][-800:]}")
+            time.sleep(0.02)
+        return proc
+
+    def kill_paused(self, name: str, **env) -> None:
+        proc = self.start_paused(name, **env)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        assert proc.returncode == -signal.SIGKILL
+
+    def rows(self, *tables: str) -> dict:
+        with sqlite3.connect(f"file:{self.db}?mode=ro", uri=True) as conn:
+            return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in tables}
+
+    def query(self, sql: str, params=()) -> list:
+        conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+        try:
+            return conn.execute(sql, params).fetchall()
+        finally:
+            conn.close()
+
+    def integrity(self) -> str:
+        return self.query("PRAGMA integrity_check")[0][0]
+
+
+def make_site(folder: Path, feeds: dict | None = None, lens: dict | None = None, photos: int = 0,
+              env: dict | None = None) -> Site:
+    """A site.toml with no ask model (no vectors: every job stays quick), five content pages and
+    `photos` demo originals."""
+    folder.mkdir(parents=True, exist_ok=True)
+    feeds = dict(feeds or {})
+    roster = feeds.pop("around_roster", [])
+    lines = ['site_name = "aadhar.sh"', 'site_host = "aadhar.sh"', 'public_base_url = "https://aadhar.sh"',
+             'content_dir = "content"', 'db_path = "site.db"', 'photos_dir = "originals"', 'images_dir = "images"',
+             'access_log = "access.log"', 'bot_key_file = "bot-key.pem"',
+             "[rate]", "read_q = 1000000", "read_w = 60", "inspect_q = 1000", "inspect_w = 60",
+             "[ask]", 'model_path = "no-model.onnx"',
+             "[feeds]", *(f"{k} = {_toml_value(v)}" for k, v in feeds.items()),
+             "[lens]", *(f"{k} = {_toml_value(v)}" for k, v in (lens or {}).items())]
+    for firm in roster:
+        lines += ["[[feeds.around_roster]]", *(f"{k} = {_toml_value(v)}" for k, v in firm.items())]
+    (folder / "site.toml").write_text("\n".join(lines) + "\n")
+    (folder / "hook.py").write_text(HOOK)
+    pages = folder / "content" / "pages"
+    pages.mkdir(parents=True, exist_ok=True)
+    for name in ("about.md", "colophon.md", "garage.md", "now.md", "uses.md"):
+        shutil.copy(ROOT / "content" / "pages" / name, pages / name)
+    shutil.copy(ROOT / "content" / "resume.json", folder / "content" / "resume.json")
+    (folder / "access.log").touch()
+    if photos:
+        demo_photos.generate(folder / "originals", count=photos)
+    else:
+        (folder / "originals").mkdir(exist_ok=True)
+    child_env = {**os.environ, "ROOT": str(ROOT), "SITE_CONFIG": str(folder / "site.toml"), **(env or {})}
+    child_env = {k: v for k, v in child_env.items() if not k.startswith("SITE_") or k == "SITE_CONFIG"
+                 or k in (env or {})}
+    return Site(folder, child_env)
+
+
+def mark_pages(site: Site, word: str) -> None:
+    """Give every content page a new paragraph with `word`."""
+    for page in (site.root / "content" / "pages").glob("*.md"):
+        page.write_text(page.read_text() + f"\n\nA {word} paragraph.\n")
+
+
+def search_total(base: str, word: str) -> int:
+    r = requests.get(f"{base}/search.json", params={"q": word}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["total"]
+
+
+def build(site: Site, *names: str) -> None:
+    """Set-up runs, in this process (a child costs half a second of imports)."""
+    for name in names:
+        done, summary = jobs.run_job(site.settings, name)
+        assert done, summary
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def failed_cleanly(result: subprocess.CompletedProcess) -> str:
+    """A failed run: exit 1, one sentence, no traceback."""
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "Traceback" not in out, out
+    return out
+
+
+# -- a job killed in the middle of its write ---------------------------------------------------------
+
+
+def test_content_killed_mid_write_leaves_the_old_pages_whole_and_the_next_run_recovers(tmp_path):
+    site = make_site(tmp_path)
+    build(site, "content")
+    before = site.rows("pages", "site_files")
+    with serve_wsgi(make_app(site.settings).wsgi) as base:
+        mark_pages(site, "plover")
+        site.kill_paused("content", PAUSE_SQL="INSERT INTO pages#3")  # two pages written, uncommitted
+        assert site.integrity() == "ok"
+        assert site.rows("pages", "site_files") == before
+        assert search_total(base, "plover") == 0 and search_total(base, "colophon") > 0
+        (killed,) = site.query("SELECT id FROM job_runs WHERE name = 'content' AND finished IS NULL")
+        ok(site.run("content"))
+        deadline = time.monotonic() + HANG_GUARD_S  # the app's per-thread cache rereads within a second
+        while search_total(base, "plover") != 5:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    ran = site.query("SELECT ok, error FROM job_runs WHERE name = 'content' AND id >= ? ORDER BY id", killed)
+    assert ran == [(0, db.ABANDONED), (1, None)]  # the killed run is closed as failed, not left "running"
+
+
+def referenced_thumbnails(site: Site) -> set[str]:
+    names = set()
+    for row in site.query("SELECT thumb_avif, thumb_jpg, thumb_small, thumb_xs FROM photos"):
+        names |= set(row)
+    return names
+
+
+def assert_published_whole(site: Site) -> None:
+    """Every thumbnail a row names is on disk, and no temporary file is left."""
+    images = site.images
+    on_disk = {p.name for p in images.iterdir() if p.is_file()}
+    assert referenced_thumbnails(site) <= on_disk
+    leftovers = [p.name for p in (*images.iterdir(), *(images / "full").iterdir()) if p.name.endswith(".tmp")]
+    assert leftovers == []
+
+
+def edit(original: Path, turn: int) -> None:
+    """The owner re-edits a photo: new pixels, the same EXIF."""
+    from PIL import Image
+
+    with Image.open(original) as image:
+        exif = image.info.get("exif")
+        turned = image.rotate(turn)
+    turned.save(original, quality=88, **({"exif": exif} if exif else {}))
+
+
+def test_photos_killed_mid_transaction_or_after_its_commit_recovers(tmp_path):
+    site = make_site(tmp_path, photos=3)
+    build(site, "photos")
+    stem = sorted(p.stem for p in (site.root / "originals").glob("*.jpg"))[0]
+    original, copy = site.root / "originals" / f"{stem}.jpg", site.images / "full" / f"{stem}.jpg"
+    before = site.rows("photos")
+    with serve_wsgi(make_app(site.settings).wsgi) as base:
+        manifest = requests.get(f"{base}/images/manifest.json", timeout=30).json()
+
+        # 1. inside the transaction: the old rows, their thumbnails and copies stay as they were
+        edit(original, 7)
+        site.kill_paused("photos", PAUSE_SQL="INSERT OR REPLACE INTO photos")
+        assert site.integrity() == "ok" and site.rows("photos") == before
+        assert requests.get(f"{base}/images/manifest.json", timeout=30).json() == manifest
+        for photo in manifest["photos"]:  # every image the answer names is served whole
+            for key in ("thumb_jpg", "full"):
+                path = photo[key].removeprefix("https://aadhar.sh")
+                assert requests.get(base + path, timeout=30).status_code == 200, path
+        ok(site.run("photos"))
+        assert site.rows("photos") != before
+        assert copy.stat().st_mtime_ns == original.stat().st_mtime_ns  # the public copy is the new one
+        assert_published_whole(site)
+
+        # 2. after the commit, before the public copy is renamed into place: the next run writes it
+        edit(original, 9)
+        site.kill_paused("photos", PAUSE_REPLACE=f"/full/{stem}.jpg")
+        assert copy.stat().st_mtime_ns != original.stat().st_mtime_ns
+        ok(site.run("photos"))
+        assert copy.stat().st_mtime_ns == original.stat().st_mtime_ns
+        assert_published_whole(site)
+        assert site.integrity() == "ok"
+    ran = site.query("SELECT ok, error FROM job_runs WHERE name = 'photos' ORDER BY id")
+    assert ran == [(1, None)] + [(0, db.ABANDONED), (1, None)] * 2
+
+
+def crawler_lines(log: Path, count: int) -> None:
+    with log.open("a") as f:
+        for i in range(count):
+            f.write(json.dumps({
+                "level": "info", "ts": time.time(), "logger": "http.log.access", "msg": "handled request",
+                "request": {"remote_ip": "203.0.113.5", "method": "GET", "host": "aadhar.sh", "uri": f"/p{i % 3}",
+                            "headers": {"User-Agent": ["Mozilla/5.0 (compatible; GPTBot/1.2; +https://openai.com/gptbot)"]}},
+                "status": 200, "size": 10}) + "\n")
+
+
+def test_ledger_killed_mid_write_counts_every_line_once(tmp_path):
+    site = make_site(tmp_path)
+    log = site.root / "access.log"
+    crawler_lines(log, 100)
+    build(site, "ledger")
+    with serve_wsgi(make_app(site.settings).wsgi) as base:
+        crawler_lines(log, 50)
+        site.kill_paused("ledger", PAUSE_SQL="INSERT OR REPLACE INTO ledger_state")  # counts in, offset not yet
+        assert site.query("SELECT sum(hits) FROM ledger_hits") == [(100,)]
+        assert requests.get(f"{base}/ledger.json", timeout=30).json()["total_hits"] == 100
+        # Caddy rolls the log before the next run, which finishes the rolled file from the old offset
+        log.rename(site.root / "access-2026-11-21T10-00-00.000.log")
+        crawler_lines(log, 20)
+        ok(site.run("ledger"))
+        assert site.query("SELECT sum(hits) FROM ledger_hits") == [(170,)]
+        deadline = time.monotonic() + HANG_GUARD_S
+        while requests.get(f"{base}/ledger.json", timeout=30).json()["total_hits"] != 170:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def ics(*events: tuple[str, str]) -> str:
+    body = "".join(f"BEGIN:VEVENT\r\nUID:{start}\r\nDTSTART:{start}\r\nDTEND:{end}\r\nSUMMARY:busy\r\nEND:VEVENT\r\n"
+                   for start, end in events)
+    return f"BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//test//EN\r\n{body}END:VCALENDAR\r\n"
+
+
+def soon(days: int, hour: int) -> str:
+    return time.strftime(f"%Y%m%dT{hour:02d}0000Z", time.gmtime(time.time() + days * 86400))
+
+
+@pytest.fixture
+def feed_site(tmp_path, request, monkeypatch):
+    """(name, site, its first run (in this process), a change at the outside service, the feed's
+    tables, its endpoint, where to pause)."""
+    name = request.param
+    servers = []
+    first = None
+    if name == "tracks":
+        spotify = SpotifyServer()
+        servers.append(spotify)
+        site = make_site(tmp_path, {"spotify_api_base": spotify.api_base, "spotify_token_url": spotify.url + "/api/token",
+                                    "playlist_id": spotify.playlist_id},
+                         env={"SITE_SPOTIFY_CLIENT_ID": SpotifyServer.CLIENT[0],
+                              "SITE_SPOTIFY_CLIENT_SECRET": SpotifyServer.CLIENT[1]})
+        monkeypatch.setenv("SITE_SPOTIFY_CLIENT_ID", SpotifyServer.CLIENT[0])
+        monkeypatch.setenv("SITE_SPOTIFY_CLIENT_SECRET", SpotifyServer.CLIENT[1])
+        change = lambda: spotify.items.pop()  # noqa: E731
+        case = (("tracks", "tracks_playlists", "tracks_artists"), "/rn/tracks", {"PAUSE_SQL": "DELETE FROM tracks"})
+    elif name == "calendar":
+        server = IcsServer(ics((soon(2, 15), soon(2, 16))))
+        servers.append(server)
+        site = make_site(tmp_path, {"calendar_timeout": 10.0}, env={"SITE_CALENDAR_ICS_URL": server.feed_url})
+        monkeypatch.setenv("SITE_CALENDAR_ICS_URL", server.feed_url)
+
+        def change():
+            server.ics = ics((soon(2, 15), soon(2, 16)), (soon(3, 14), soon(3, 17)))
+        case = (("coffee_busy",), "/coffee/availability.json", {"PAUSE_SQL": "INSERT INTO coffee_busy"})
+    elif name == "around":
+        firms = [FirmServer("Alpha Ventures"), FirmServer("Beta Capital")]
+        servers += firms
+        site = make_site(tmp_path, {"around_roster": [{"name": f"Firm {i}", "url": f.url + "/"}
+                                                      for i, f in enumerate(firms)]}, env={"SEAM": AROUND_SEAM})
+        from siteapi.feeds.around import run_around
+        from test_feeds_around import loopback_fetcher
+
+        def first():
+            run_around(site.settings, fetcher=loopback_fetcher(site.settings))
+
+        def change():
+            firms[0].title = "Alpha Ventures II"
+        case = (("around_crawls", "around_results", "around_changes"), "/around/json",
+                {"PAUSE_SQL": "INSERT INTO around_results#2"})
+    elif name == "census":
+        from lens_sites import DnsServer, start_web, stop_web
+
+        web, thread = start_web()
+        dns = DnsServer()
+        servers.append(type("Stop", (), {"close": lambda self: (stop_web(web, thread), dns.stop())})())
+        site = make_site(tmp_path, lens={"census_roster": [web.url("ready.test")],
+                                         "scan_timeout_s": 6, "probe_timeout_s": 3},
+                         env={"SEAM": CENSUS_SEAM, "WEB_PORT": str(web.port), "DNS_PORT": str(dns.port)})
+        from lens_sites import site_fetcher
+        from siteapi.lens.census import run_census
+
+        def first():
+            run_census(site.settings, fetcher=site_fetcher(web), dns=dns.client())
+        change = lambda: None  # noqa: E731 - a later run the same day replaces the day's rows
+        case = (("lens_census",), "/lens/census.json", {"PAUSE_SQL": "INSERT INTO lens_census"})
+    else:  # lens-caches: lookups past their window are deleted
+        site = make_site(tmp_path)
+
+        def change():
+            with sqlite3.connect(site.db) as conn:
+                conn.execute("INSERT INTO lens_discovery_cache VALUES ('https://old.example', 1.0, 'then', '{}')")
+                conn.execute("INSERT INTO lens_mode_cache VALUES ('https://old.example/', 1.0, '{}')")
+        case = (("lens_discovery_cache", "lens_mode_cache"), None, {"PAUSE_SQL": "DELETE FROM lens_mode_cache"})
+    yield (name, site, first or (lambda: build(site, name)), change, *case)
+    for server in servers:
+        server.close()
+
+
+@pytest.mark.parametrize("feed_site", ["tracks", "calendar", "around", "census", "lens-caches"], indirect=True)
+def test_a_feed_killed_mid_write_keeps_its_last_data_and_the_next_run_replaces_it(feed_site):
+    name, site, first, change, tables, endpoint, pause = feed_site
+    first()
+    change()
+    before = site.rows(*tables)
+    with serve_wsgi(make_app(site.settings).wsgi) as base:
+        answer = endpoint and requests.get(base + endpoint, timeout=30)
+        site.kill_paused(name, **pause)
+        assert site.integrity() == "ok"
+        assert site.rows(*tables) == before
+        if endpoint:
+            again = requests.get(base + endpoint, timeout=30)
+            assert again.status_code == answer.status_code == 200, again.text
+            if name != "calendar":  # slots move with the clock
+                assert again.json() == answer.json()
+    ok(site.run(name))
+    assert site.rows(*tables) != before
+    assert site.query("SELECT ok, error FROM job_runs WHERE name = ? ORDER BY id", (name,))[-2:] == [
+        (0, db.ABANDONED), (1, None)]
+
+
+# -- two job processes, two schedulers ---------------------------------------------------------------
+
+
+def lock_held(path: Path) -> bool:
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def test_a_job_runs_in_one_process_at_a_time_and_a_killed_runs_half_file_goes(tmp_path):
+    site = make_site(tmp_path, photos=2)
+    build(site, "photos")
+    original = next((site.root / "originals").glob("*.jpg"))
+    edit(original, 5)
+    # halfway through a thumbnail, before its transaction: it holds the job, not site.db
+    first = site.start_paused("photos", PAUSE_WRITE=f"{site.images}/.")
+    try:
+        second = failed_cleanly(site.run("photos"))  # by hand beside the scheduler's run
+        assert "already running" in second
+        assert site.query("SELECT count(*) FROM job_runs WHERE name = 'photos'") == [(2,)]  # the second left no row
+        assert ok(site.run("ledger"))  # another job is not held up
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate()
+    assert not lock_held(Path(f"{site.db}-job-photos.lock"))  # the kernel let go of the killed run's lock
+    assert [p for p in site.images.glob(".*.tmp")]  # the half file (never served: not an image name)
+    edit(original, 9)  # edited again, so no later run writes that name again
+    ok(site.run("photos"))
+    assert_published_whole(site)
+
+
+def test_a_second_scheduler_on_the_same_site_db_does_not_start(tmp_path):
+    # Rosters that fail at once: the scheduler runs the overdue census and crawl at its start.
+    site = make_site(tmp_path, {"around_roster": [{"name": "Nowhere", "url": "http://127.0.0.1:9/"}]},
+                     lens={"census_roster": ["http://127.0.0.1:9/"]})
+    scheduler = subprocess.Popen([sys.executable, str(site.root / "hook.py")], cwd=ROOT, env=site.env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in scheduler.stderr:  # logged once it holds the scheduler's lock
+            if "scheduling" in line:
+                break
+        assert scheduler.poll() is None
+        second = subprocess.run([sys.executable, str(site.root / "hook.py")], cwd=ROOT, env=site.env,
+                                capture_output=True, text=True, timeout=HANG_GUARD_S)
+        assert second.returncode == 1 and "another scheduler" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr and scheduler.poll() is None
+    finally:
+        scheduler.kill()
+        scheduler.communicate()
+
+
+# -- site.db itself: deleted, emptied, replaced, read-only, a WAL left behind ---------------------------
+
+
+def poll(base: str, path: str, until, seen: list) -> None:
+    """GET `path` until `until(response)`; every answer is kept in `seen`."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while True:
+        response = requests.get(base + path, timeout=30)
+        seen.append(response.status_code)
+        if until(response):
+            return
+        assert time.monotonic() < deadline, (response.status_code, response.text[:300])
+        time.sleep(0.05)
+
+
+class OneWorker:
+    """The app driven through its WSGI callable from this one thread: one waitress worker, whose
+    reader of site.db every request here goes through (a server's requests land on any thread)."""
+
+    def __init__(self, settings):
+        self.app = make_app(settings).wsgi
+
+    def get(self, path: str) -> tuple[int, dict | str]:
+        path, _, query = path.partition("?")
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": query, "SERVER_NAME": "127.0.0.1",
+                   "SERVER_PORT": "80", "REMOTE_ADDR": "127.0.0.1", "HTTP_ACCEPT": "application/json",
+                   "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(), "wsgi.errors": sys.stderr}
+        status = []
+        body = b"".join(self.app(environ, lambda s, h, e=None: status.append(int(s[:3]))))
+        text = body.decode()
+        return status[0], json.loads(text) if text.startswith("{") else text
+
+
+def wait_for(worker: OneWorker, path: str, until) -> tuple[int, dict | str]:
+    """GET `path` until `until(status, body)` (the reader looks at the path once a second)."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not until(*(answer := worker.get(path))):
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.05)
+    return answer
+
+
+def test_a_deleted_or_emptied_site_db_is_served_until_the_jobs_rebuild_it(tmp_path):
+    site = make_site(tmp_path, photos=3)  # a larger file than the rebuilt one: its pages lie elsewhere
+    build(site, "photos")
+    build(site, "content")
+    worker = OneWorker(site.settings)
+    status, before = worker.get("/search.json?q=colophon")
+    assert status == 200 and before["total"] > 0
+    site.db.unlink()  # its -wal and -shm stay, held by the app's reader
+    assert worker.get("/search.json?q=colophon") == (200, before)  # the last good file
+    mark_pages(site, "avocet")
+    ok(site.run("content"))
+    assert site.integrity() == "ok"
+    wait_for(worker, "/search.json?q=avocet", lambda status, body: status == 200 and body["total"] == 5)
+    assert worker.get("/resume.json")[0] == 200 and worker.get("/photos/query.json")[0] == 200
+
+    site.db.write_bytes(b"")  # truncated in place, under the app's reader and its locks
+    mark_pages(site, "dunlin")
+    ok(site.run("content"))
+    assert site.integrity() == "ok"
+    wait_for(worker, "/search.json?q=dunlin", lambda status, body: status == 200 and body["total"] == 5)
+
+
+def test_a_wal_left_beside_a_missing_site_db_is_not_replayed_into_the_new_one(tmp_path):
+    site = make_site(tmp_path)
+    ok(site.run("content"))
+    # A writer commits and dies before any checkpoint: its WAL holds committed pages of this file.
+    subprocess.run([sys.executable, "-c", f"""
+import os, sqlite3
+conn = sqlite3.connect({str(site.db)!r}, isolation_level=None)
+conn.execute("PRAGMA wal_autocheckpoint=0")
+conn.execute("UPDATE pages SET body = body || ' more'")
+conn.execute("CREATE TABLE extra AS SELECT * FROM pages")
+os.kill(os.getpid(), 9)
+"""], check=False)
+    assert Path(f"{site.db}-wal").stat().st_size > 0
+    site.db.unlink()
+    build(site, "content")
+    assert site.integrity() == "ok"
+    assert site.query("SELECT count(*) FROM pages") == [(5,)]
+    assert len(list(site.root.glob("site.db-wal-orphaned-*"))) == 1  # kept aside, not replayed
+
+
+def test_garbage_in_site_db_fails_the_jobs_with_a_sentence(tmp_path):
+    site = make_site(tmp_path)
+    build(site, "content")
+    with site.db.open("r+b") as f:
+        f.write(b"not a database" * 8)
+    out = failed_cleanly(site.run("ledger"))
+    assert "file is not a database" in out and "restore a backup" in out
+
+
+def test_a_reader_keeps_the_last_good_file_until_the_path_holds_another_database(tmp_path, monkeypatch):
+    monkeypatch.setattr(db, "REOPEN_CHECK_S", 0)  # check the path at every use, not once a second
+    site = make_site(tmp_path)
+    build(site, "content")
+    result = {}
+
+    def read():  # a thread of its own: readers are per thread
+        conn = db.reader(site.db)
+        result["before"] = conn.execute("SELECT count(*) FROM pages").fetchone()[0]
+        garbage = site.root / "garbage"
+        garbage.write_bytes(os.urandom(20_000))
+        garbage.replace(site.db)  # replaced by something that is no database
+        result["garbage"] = db.reader(site.db).execute("SELECT count(*) FROM pages").fetchone()[0]
+        site.db.unlink()
+        result["deleted"] = db.reader(site.db).execute("SELECT count(*) FROM pages").fetchone()[0]
+        ok(site.run("content"))  # rebuilds it
+        with sqlite3.connect(site.db) as conn:
+            conn.execute("DELETE FROM pages WHERE path = '/now'")
+        result["rebuilt"] = db.reader(site.db).execute("SELECT count(*) FROM pages").fetchone()[0]
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    thread.join()
+    assert result == {"before": 5, "garbage": 5, "deleted": 5, "rebuilt": 4}
+
+
+def test_a_read_only_site_db_fails_the_jobs_and_they_recover_once_it_is_writable():
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root, to run the app's reader and the jobs as another user (root writes read-only files)")
+    folder = Path(tempfile.mkdtemp(prefix="site-ro-"))
+    try:
+        site = make_site(folder)
+        user = str(pwd.getpwnam("nobody").pw_uid)
+        subprocess.run(["chown", "-R", f"{user}:{user}", str(folder)], check=True)
+        folder.chmod(0o755)
+        ok(site.run("content", user=user))
+        site.db.chmod(0o444)
+        # The app, reading as the same user, makes -wal and -shm as read-only as site.db, and holds them.
+        reader = subprocess.Popen(["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", sys.executable,
+                                   "-c", f"import sqlite3, sys; c = sqlite3.connect('file:{site.db}?mode=ro', uri=True);"
+                                   "c.execute('SELECT count(*) FROM pages').fetchone(); print('ready', flush=True);"
+                                   "sys.stdin.read()"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert reader.stdout.readline().strip() == "ready"
+            out = failed_cleanly(site.run("content", user=user))
+            assert "readonly" in out and "writable" in out
+            site.db.chmod(0o644)
+            ok(site.run("content", user=user))
+        finally:
+            reader.stdin.close()
+            reader.wait(timeout=HANG_GUARD_S)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- a full disk -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MB tmpfs, mounted for the test and unmounted after it."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(folder: Path) -> Path:
+    """Take every free block of the disk."""
+    filler = folder / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        for chunk in (1 << 16, 512):
+            try:
+                while True:
+                    os.write(fd, b"\0" * chunk)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_a_full_disk_fails_the_jobs_cleanly_keeps_the_last_good_data_and_recovers(tmp_path, small_disk):
+    site = make_site(tmp_path, photos=2)
+    toml = site.root / "site.toml"  # site.db and the images on the small disk; their sources beside the test
+    toml.write_text(toml.read_text().replace('db_path = "site.db"', f'db_path = "{small_disk}/site.db"')
+                    .replace('images_dir = "images"', f'images_dir = "{small_disk}/images"'))
+    build(site, "content")
+    build(site, "photos")
+    pages, photos = site.rows("pages"), site.rows("photos")
+    with serve_wsgi(make_app(site.settings).wsgi) as base:
+        assert search_total(base, "colophon") > 0  # the app holds its reader (and the -shm) before the disk fills
+        mark_pages(site, "sanderling")
+        edit(next((site.root / "originals").glob("*.jpg")), 3)
+        filler = fill(small_disk)
+        for name in ("content", "photos"):
+            result = site.run(name)
+            out = failed_cleanly(result) if result.returncode else result.stdout
+            assert result.returncode == 1 or "failed 1" in out, out  # photos may only fail the file it cannot write
+        assert site.integrity() == "ok"
+        assert site.rows("pages") == pages and site.rows("photos") == photos
+        assert not [p for p in site.images.rglob("*.tmp")]  # no part of a file takes the space
+        assert search_total(base, "sanderling") == 0 and search_total(base, "colophon") > 0
+        assert requests.get(f"{base}/images/manifest.json", timeout=30).status_code == 200
+        filler.unlink()
+        for name in ("content", "photos"):
+            ok(site.run(name))
+        assert site.rows("photos") != photos
+        poll(base, "/search.json?q=sanderling", lambda r: r.json()["total"] == 5, [])
+        assert_published_whole(site)
+
+
+# -- reads that overlap writes ---------------------------------------------------------------------------
+
+
+def test_a_read_held_open_across_a_job_and_the_apps_readers_never_see_busy(tmp_path):
+    site = make_site(tmp_path)
+    build(site, "content")
+    long_read = sqlite3.connect(f"file:{site.db}?mode=ro", uri=True, isolation_level=None)
+    long_read.execute("BEGIN")
+    snapshot = long_read.execute("SELECT count(*), group_concat(hash) FROM pages").fetchone()
+    seen: list[int] = []
+    stop = threading.Event()
+    with serve_wsgi(make_app(site.settings).wsgi) as base:
+        def hammer():
+            with requests.Session() as session:
+                while not stop.is_set():
+                    for path in ("/search.json?q=colophon", "/resume.json", "/photos/query.json", "/lens/census.json"):
+                        seen.append(session.get(base + path, timeout=30).status_code)
+
+        threads = [threading.Thread(target=hammer) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        try:
+            mark_pages(site, "knot")
+            ok(site.run("content"))
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        poll(base, "/search.json?q=knot", lambda r: r.json()["total"] == 5, seen)
+    # the long read still sees the file as it began (Datasette's queries are such reads)
+    assert long_read.execute("SELECT count(*), group_concat(hash) FROM pages").fetchone() == snapshot
+    long_read.execute("COMMIT")
+    long_read.close()
+    assert seen and set(seen) == {200}
+
+
+def test_a_commit_that_fails_leaves_no_transaction_open(tmp_path):
+    conn = db.connect(tmp_path / "site.db")
+    conn.isolation_level = None
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    conn.execute("CREATE TABLE child (parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)")
+    with pytest.raises(sqlite3.IntegrityError):
+        with db.transaction(conn):
+            conn.execute("INSERT INTO child VALUES (7)")  # checked only at COMMIT, which fails
+    assert not conn.in_transaction
+    with db.transaction(conn):  # the connection goes on working
+        conn.execute("INSERT INTO parent VALUES (7)")
+        conn.execute("INSERT INTO child VALUES (7)")
+    assert conn.execute("SELECT count(*) FROM child").fetchone()[0] == 1
+    conn.close()
