@@ -42,11 +42,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                 lambda path: suggest(path))
 
     def conn():
-        try:
-            return db.reader(settings.db_path)
-        except Exception:
-            raise ApiError(503, "The site's database cannot be read right now; try again in a minute.",
-                           code="storage_unavailable") from None
+        return db.reader(settings.db_path)  # a sqlite3.Error becomes the 503 storage_unavailable (web.Site.serve)
 
     def accept() -> str:
         return header("Accept")
@@ -227,7 +223,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         """The closest real pages to a path that names nothing (the routes alone when site.db is down)."""
         try:
             known = [r["path"] for r in conn().execute("SELECT path FROM pages")]
-        except (ApiError, sqlite3.Error):
+        except sqlite3.Error:
             known = []
         known += [rule for rule, _, _ in site.routes if "<" not in rule]  # templates such as /images/<path> are no page
         return pages.suggest(path, known, settings.public_base_url)

@@ -16,6 +16,7 @@ import ipaddress
 import json
 import logging
 import re
+import sqlite3
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
@@ -333,6 +334,10 @@ class Site:
             result = handler(**url_args)
         except ApiError as exc:
             return self._error(exc, error_fields)
+        except sqlite3.Error as exc:  # site.db missing, emptied, damaged or unreadable until the jobs rebuild it
+            log.error("site.db could not be read on %s %s: %s", method, request.path, exc)
+            return self._error(ApiError(503, "The site's database cannot be read right now; try again in a minute.",
+                                        code="storage_unavailable", headers={"Retry-After": "60"}), error_fields)
         except Exception:
             incident = uuid.uuid4().hex[:12]
             log.exception("unhandled error %s on %s %s", incident, method, request.path)

@@ -7,6 +7,10 @@ import html5lib
 import pytest
 import requests
 
+from app import make_app
+from conftest import make_settings
+from servers import serve_wsgi
+
 
 def test_unknown_json_path_is_a_json_404_with_suggestions(api):
     r = api.get("/serch.json")
@@ -313,3 +317,22 @@ def test_cache_control_per_endpoint(api):
     for path, status in {"/search.json": 400, "/nope": 404}.items():  # errors are never cached
         r = api.get(path)
         assert (r.status_code, r.headers["Cache-Control"]) == (status, "no-store"), path
+
+
+def test_a_site_db_that_is_no_database_is_a_503_everywhere(tmp_path, checker):
+    """A damaged or half-restored site.db is the storage_unavailable 503 with Retry-After (it was a 500
+    on every endpoint that reads it), keeping each route's error fields; pages and 404s too."""
+    base_settings = make_settings(tmp_path)
+    settings = make_settings(tmp_path, sections={**base_settings.sections,
+                                                 "feeds": {**base_settings.section("feeds"), "playlist_id": "abc"}})
+    settings.db_path.write_bytes(b"this is not a database, only bytes where one should be" * 100)
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        for path in ("/search.json?q=carb", "/ask?query=carb&streaming=0", "/photos/query.json", "/images/manifest.json",
+                     "/resume.json", "/llms.txt", "/sitemap.xml", "/", "/about", "/nothing.json",
+                     "/lens/census.json", "/rn/tracks"):
+            r = requests.get(base + path, timeout=30)
+            assert r.status_code == 503 and r.json()["code"] == "storage_unavailable", (path, r.status_code, r.text[:200])
+            assert r.headers["Retry-After"] == "60", path
+            checker.validate("GET", path.split("?")[0], r)
+        assert requests.get(base + "/lens/census.json", timeout=30).json()["ok"] is False
+        assert requests.get(base + "/rn/tracks", timeout=30).json()["tracks"] == []

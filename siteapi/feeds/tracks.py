@@ -366,11 +366,9 @@ def now_playing(settings) -> dict:
         head = conn.execute("SELECT * FROM tracks_playlists WHERE playlist_id = ?", (playlist_id,)).fetchone()
         rows = conn.execute("SELECT * FROM tracks WHERE playlist_id = ? ORDER BY position", (playlist_id,)).fetchall()
     except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
-            raise _error(500, "Track storage is not set up on this deployment.", "storage_not_configured") from None
-        raise _error(503, "Track storage cannot be read right now; try again in a minute.", "storage_unavailable") from None
-    except sqlite3.DatabaseError:
-        raise _error(503, "Track storage cannot be read right now; try again in a minute.", "storage_unavailable") from None
+        if "no such table" not in str(exc):
+            raise  # the app's 503 storage_unavailable (web.Site.serve)
+        raise _error(500, "Track storage is not set up on this deployment.", "storage_not_configured") from None
     if head is None:
         raise _error(502, "The playlist could not be read from the music service yet.", "upstream_failed")
     tracks = [

@@ -147,13 +147,9 @@ def run_census(settings, fetcher: Fetcher | None = None, dns: DnsClient | None =
 
 
 def census(conn: sqlite3.Connection, settings=None) -> dict:
-    """The Census body. Raises ApiError 503 when the census storage cannot be read."""
-    try:
-        rows = conn.execute("SELECT ts, ymd, host, url, tier, score, level, doors, verdict, surfaces, error "
-                            "FROM lens_census ORDER BY ts, id").fetchall()
-    except sqlite3.Error:
-        raise ApiError(503, "The census storage cannot be read right now; try again later.",
-                       code="storage_unavailable", ok=False) from None
+    """The Census body. A sqlite3.Error (storage unreadable) is the app's 503 storage_unavailable."""
+    rows = conn.execute("SELECT ts, ymd, host, url, tier, score, level, doors, verdict, surfaces, error "
+                        "FROM lens_census ORDER BY ts, id").fetchall()
     by_host: dict[str, list] = {}
     for row in rows:
         by_host.setdefault(row["host"], []).append(row)
