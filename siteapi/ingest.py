@@ -21,6 +21,7 @@ Nothing outside the allowlist (GPS, serial numbers, owner names) is ever copied.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -55,6 +56,9 @@ ALT_MAX = 240
 # A replaced photo's old thumbnails stay this long after the replacement: query replies cached by
 # the app, browsers and proxies (up to 10 minutes) still name them. A removed photo's go at once.
 SUPERSEDED_GRACE_S = 3600
+# Faults of the disk the run writes to, not of a photo: they fail the whole run (a full disk was
+# reported as every photo it reached failing, in a run recorded as ok).
+OUR_DISK_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 THUMB_SIZES = {"jpg": 1600, "avif": 1600, "small": 400, "xs": 200}
 # The EXIF a public copy of an original keeps: the tags the §2.4 metadata is read from, and those
 # that show the pixels right (orientation, colour space, resolution). GPS, serial numbers, owner
@@ -718,6 +722,8 @@ def run_photos(settings) -> str:
                     report.failed.append((path.name, str(exc)))
                     continue
                 except OSError as exc:
+                    if exc.errno in OUR_DISK_FAULTS:  # no fault of this photo: the run fails, the archive stays
+                        raise
                     log.warning("failed %s: %s", path.name, exc.strerror or exc)
                     report.failed.append((path.name, f"cannot read ({exc.strerror or exc})"))
                     continue

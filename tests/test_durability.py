@@ -716,8 +716,8 @@ def test_a_full_disk_fails_the_jobs_cleanly_keeps_the_last_good_data_and_recover
         filler = fill(small_disk)
         for name in ("content", "photos"):
             result = site.run(name)
-            out = failed_cleanly(result) if result.returncode else result.stdout
-            assert result.returncode == 1 or "failed 1" in out, out  # photos may only fail the file it cannot write
+            assert result.returncode == 1, result.stdout  # a full disk fails the run, not photo by photo
+            failed_cleanly(result)
         assert site.integrity() == "ok"
         assert site.rows("pages") == pages and site.rows("photos") == photos
         assert not [p for p in site.images.rglob("*.tmp")]  # no part of a file takes the space
@@ -729,6 +729,24 @@ def test_a_full_disk_fails_the_jobs_cleanly_keeps_the_last_good_data_and_recover
         assert site.rows("photos") != photos
         poll(base, "/search.json?q=sanderling", lambda r: r.json()["total"] == 5, [])
         assert_published_whole(site)
+
+
+def test_a_full_image_disk_fails_the_photos_run_and_keeps_the_archive(tmp_path, small_disk):
+    """site.db has room; only the thumbnails' disk is full: the run fails with the disk's sentence
+    instead of reporting the photos it reached as failed in a run recorded as ok."""
+    site = make_site(tmp_path, photos=2)
+    toml = site.root / "site.toml"
+    toml.write_text(toml.read_text().replace('images_dir = "images"', f'images_dir = "{small_disk}/images"'))
+    build(site, "photos")
+    photos = site.rows("photos")
+    edit(next((site.root / "originals").glob("*.jpg")), 5)
+    filler = fill(small_disk)
+    assert "No space left on device" in failed_cleanly(site.run("photos"))
+    assert site.rows("photos") == photos and not list(site.images.rglob("*.tmp"))
+    filler.unlink()
+    ok(site.run("photos"))
+    assert site.rows("photos") != photos
+    assert_published_whole(site)
 
 
 # -- reads that overlap writes ---------------------------------------------------------------------------
