@@ -1,4 +1,5 @@
-"""content/ -> the `pages` table: front-matter parsing, plain text, and the incremental `content` job.
+"""content/ -> the `pages` table (and content/resume.json -> `site_files`): front-matter parsing,
+plain text, and the incremental `content` job.
 
 A content file is Markdown with YAML front matter (title, description, date, kind, path, tags).
 The job reads every file, parses outside any transaction, then applies added, changed and
@@ -324,11 +325,12 @@ def run_content(settings) -> str:
         if stored and not pages and not failed:
             raise ContentError(f"The content folder {root} holds no .md files; check content_dir. "
                                "Every page is kept.")
+        resume_failed = False
         try:
             resume = read_resume(root)
         except ContentError as exc:
             errors.append(str(exc))
-            resume = None
+            resume, resume_failed = None, True
         wanted = {p.path: p for p in pages}
         # A page moved unchanged to another file is rewritten too: its row must name the file whose
         # later parse error keeps it.
@@ -353,6 +355,8 @@ def run_content(settings) -> str:
                     " ON CONFLICT(name) DO UPDATE SET body=excluded.body, hash=excluded.hash",
                     (resume, hashlib.sha256(resume.encode()).hexdigest()),
                 )
+            elif not resume_failed:  # the owner removed it: /resume.json and /resume.md answer 404 again
+                conn.execute("DELETE FROM site_files WHERE name = 'resume.json'")
         embedded = ranker.refresh_page_vectors(conn, settings)
         summary = (f"{len(pages)} pages: {len(changed)} added or changed, {len(gone)} removed, {len(errors)} failed;"
                    f" {embedded} page vectors computed")
