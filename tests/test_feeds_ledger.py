@@ -87,7 +87,9 @@ def test_counts_crawlers_and_skips_what_it_should(tmp_path, log):
     assert hits(settings) == {"gptbot": 3, "claudebot": 1, "chatgpt-user": 1}  # 40-day-old hit outside the window
     body = ledger(db.connect(settings.db_path, readonly=True), settings)
     assert body["ok"] is True and body["window_days"] == 30 and body["rate_usd"] == 0.01
-    assert body["total_hits"] == 5 and body["total_usd"] == 0.05 and "commentary" in body["note"]
+    assert body["total_hits"] == 5 and body["total_usd"] == 0.05 and "at $0.01 a page" in body["note"]
+    dearer = make_settings(tmp_path, {"ledger_rate_usd": 0.05}, access_log=str(log))
+    assert "at $0.05 a page" in ledger(db.connect(settings.db_path, readonly=True), dearer)["note"]  # "one cent" before
     gpt = body["line_items"][0]
     assert gpt["bot"] == "gptbot" and gpt["owner"] == "OpenAI" and gpt["kind"] and gpt["amountUsd"] == 0.03
     assert gpt["top_paths"][0] == {"path": "/writing/agents", "hits": 2}

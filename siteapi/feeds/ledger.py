@@ -9,7 +9,8 @@ lost, nothing counted twice. Only complete lines are consumed, and counts and th
 are written in one transaction, so a failed run changes nothing, and a run that finds another
 one committed first while it read (a hand-started run beside the scheduler's) changes nothing. Responses below 400 whose
 User-Agent the crawler registry knows (our own AadharshBot excepted) are counted per UTC day,
-crawler and path. The reader prices the last 30 days at one cent a page, as commentary.
+crawler and path. The reader prices the last 30 days at `[feeds] ledger_rate_usd` a page (one
+cent unless set), as commentary.
 """
 from __future__ import annotations
 
@@ -52,8 +53,6 @@ FINGERPRINT_BYTES = 1024
 KEEP_DAYS = 400
 PATH_CAP = 300
 WINDOW_DAYS = 30
-NOTE = ("Every identified AI-crawler page view of the last 30 days, priced at one cent a page "
-        "(the llms-full.txt price) as commentary; nobody is billed.")
 
 
 def _open(path: Path):
@@ -220,7 +219,9 @@ def run_ledger(settings) -> str:
 
 
 def _body(rate: float) -> dict:
-    return {"ok": False, "window_days": WINDOW_DAYS, "rate_usd": rate, "note": NOTE, "line_items": [],
+    note = (f"Every identified AI-crawler page view of the last {WINDOW_DAYS} days, priced at ${rate:g} a page "
+            "as commentary; nobody is billed.")
+    return {"ok": False, "window_days": WINDOW_DAYS, "rate_usd": rate, "note": note, "line_items": [],
             "total_hits": 0, "total_usd": 0.0,
             "cost": {"available": False, "reason": "this deployment reports no hosting spend"}}
 
