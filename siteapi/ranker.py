@@ -17,7 +17,7 @@ cannot answer - over a grid (T 0.01..0.15, none_cosine 0.10..0.60). The defaults
 fit; `[ask] temperature` / `none_cosine` override them.
 
 The int8 file ranks the project's questions as the float32 original weights do (top-1 0.68 and
-MRR@10 0.777 vs 0.68 and 0.776, `bench/ask_fp32.py`): quantization costs no quality here.
+MRR@10 0.777 vs 0.68 and 0.776, `bench/bench_ask_fp32.py`): quantization costs no quality here.
 """
 from __future__ import annotations
 
@@ -271,17 +271,3 @@ def rank(question_vec: np.ndarray, page_vectors: np.ndarray, temperature: float 
     logits -= logits.max()
     weights = np.exp(logits)
     return weights / weights.sum()
-
-
-def run_page_vectors(settings) -> str:
-    """Job: bring `page_vectors` in line with `pages`; raises when the model cannot be loaded."""
-    config = RankerSettings.from_settings(settings)
-    if load_model(config) is None:
-        raise RuntimeError(f"The ask model cannot be loaded from {config.model_path}; /ask ranks lexically until it can.")
-    conn = db.writer(settings.db_path)
-    try:
-        embedded = refresh_page_vectors(conn, settings)
-        total = conn.execute("SELECT count(*) FROM page_vectors").fetchone()[0]
-    finally:
-        conn.close()
-    return f"{embedded} pages embedded, {total} page vectors"

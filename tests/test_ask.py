@@ -501,10 +501,3 @@ def test_vectors_of_an_older_representation_are_re_embedded(site):
     assert "/coffee" in ranker.page_matrix(site.conn).paths
     models = {m for (m,) in site.conn.execute("SELECT model FROM page_vectors")}
     assert models == {ranker.PAGE_REPRESENTATION}
-
-
-def test_the_page_vectors_job_reports_and_fails_without_a_model(site, tmp_path):
-    assert ranker.run_page_vectors(site.settings) == f"0 pages embedded, {len(PAGES)} page vectors"
-    settings = load_settings(write_site(site.root, model_path=str(tmp_path / "absent.onnx")))
-    with pytest.raises(RuntimeError, match="cannot be loaded"):
-        ranker.run_page_vectors(settings)
