@@ -225,7 +225,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
             known = [r["path"] for r in conn().execute("SELECT path FROM pages")]
         except sqlite3.Error:
             known = []
-        known += [rule for rule, _, _ in site.routes if "<" not in rule]  # templates such as /images/<path> are no page
+        known += [rule for rule, _ in site.routes if "<" not in rule]  # templates such as /images/<path> are no page
         return pages.suggest(path, known, settings.public_base_url)
 
     R = site.route

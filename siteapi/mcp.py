@@ -109,9 +109,9 @@ def unsupported(requested) -> RpcError:
 class McpServer:
     """The registry plus the protocol; `handle` is the POST /mcp route handler."""
 
-    def __init__(self, site, settings, fetcher=None):
+    def __init__(self, site, settings, fetcher):
         self.settings = settings
-        doc = openapi._load()
+        doc = openapi.load()
         self.info = {"name": settings.site_name, "title": f"{settings.site_name} MCP server",
                      "version": str(doc["info"]["version"]),
                      "description": "Every capability of the site's read-only JSON API as a tool.",

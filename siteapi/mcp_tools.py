@@ -7,7 +7,8 @@ its `inputSchema` comes from the operation's query parameters (or its JSON reque
 POST-only operation), its `outputSchema` from the 200 JSON response with every `$ref` inlined.
 A call runs the site's own WSGI app in-process with the caller's address, so shapes, errors and
 rate-limit budgets are exactly the HTTP endpoint's. The snapshot tools call `siteapi.lens.vault`
-directly, each under its own small rate policy, and only while site.db exists (the jobs build it).
+directly (capture and compare each under a small rate policy of its own), and only while site.db
+exists (the jobs build it).
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def inline(doc: dict, node: Any, seen: tuple[str, ...] = (), names: bool = False
             ref = node["$ref"]
             if ref in seen or not ref.startswith("#/"):
                 return {}
-            return inline(doc, openapi._resolve(doc, ref), seen + (ref,))
+            return inline(doc, openapi.resolve(doc, ref), seen + (ref,))
         return {key: inline(doc, value, seen, names=not names and key in ("properties", "patternProperties"))
                 for key, value in node.items() if names or key != "example"}
     if isinstance(node, list):
@@ -207,27 +208,21 @@ SNAPSHOT = {
 SNAPSHOT_ID = {"type": "integer", "minimum": 1, "description": "The id a representation_capture returned."}
 
 
-def snapshot_tools(settings, limiter: RateLimiter, fetcher=None) -> list[Tool]:
-    """The three MCP-only snapshot tools, or none while `siteapi.lens.vault` is not importable."""
-    try:
-        from siteapi.lens import vault
-        from siteapi.lens.fetch import fetcher_from_settings
-    except ImportError:
-        return []
+def snapshot_tools(settings, limiter: RateLimiter, fetcher) -> list[Tool]:
+    """The three MCP-only snapshot tools, fetching with the app's `fetcher`."""
+    from siteapi.lens import vault  # here: vault imports the lens fetcher, which this module need not load
 
     def with_conn(policy: str | None, work: Callable) -> Callable[[dict, str], Outcome]:
         def run(arguments: dict, caller: str) -> Outcome:
             if policy:
                 decision = limiter.hit(policy, caller)
                 if not decision.allowed:
-                    return Outcome(error=f"Too many requests: the {policy} budget is {decision.policy.quota} per "
-                                         f"{decision.policy.window} seconds per caller; retry in "
-                                         f"{max(1, decision.reset)} seconds.")
+                    return Outcome(error=decision.refusal())
             if not settings.db_path.exists():  # a writer would create an empty site.db that hides the outage
                 return Outcome(error="The snapshot storage cannot be reached right now; try again later.")
             try:
                 with closing(db.writer(settings.db_path)) as conn:
-                    return Outcome(result=work(conn, arguments, fetcher or fetcher_from_settings(settings)))
+                    return Outcome(result=work(conn, arguments, fetcher))
             except ApiError as exc:
                 return Outcome(error=exc.body["error"])
         return run

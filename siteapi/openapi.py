@@ -19,7 +19,7 @@ READ_HEADERS = ("RateLimit-Policy", "RateLimit", "Link")
 
 
 @functools.cache
-def _load() -> dict:
+def load() -> dict:
     return yaml.safe_load(SOURCE.read_text(encoding="utf-8"))
 
 
@@ -30,7 +30,7 @@ def document(settings) -> dict:
 
 @functools.cache
 def _document(base_url: str) -> dict:
-    doc = copy.deepcopy(_load())
+    doc = copy.deepcopy(load())
     doc["servers"] = [{"url": base_url}]
     for _, _, op in operations(doc):
         op["responses"].setdefault("default", {"$ref": "#/components/responses/Error"})  # any path can meet it
@@ -59,7 +59,7 @@ def api_endpoints() -> list[tuple[str, str, str]]:
     """(summary, path, note) per JSON API operation: the description's first sentence, prefixed with
     the method when it is not GET."""
     out = []
-    for path, method, op in api_operations(_load()):
+    for path, method, op in api_operations(load()):
         text = " ".join((op.get("description") or op.get("summary", "")).split())
         note = text.split(". ")[0].rstrip(".") + "."
         out.append((op.get("summary", path), path, note if method == "get" else f"{method.upper()}: {note}"))
@@ -76,7 +76,7 @@ def catalog(settings) -> dict:
         "service-doc": [{"href": url("/developers"), "type": "text/html"}],
     }
     docs: dict[str, list] = {}
-    for path, _, op in api_operations(_load()):
+    for path, _, op in api_operations(load()):
         docs.setdefault(path, []).append({"href": url("/developers") + "#" + op["operationId"], "type": "text/html"})
     endpoints = [{"anchor": url(path), "service-desc": [{"href": url("/openapi.json"), "type": "application/openapi+json"}],
                   "service-doc": links} for path, links in docs.items()]
@@ -85,11 +85,11 @@ def catalog(settings) -> dict:
 
 def parameters(doc: dict, op: dict) -> list[dict]:
     """The operation's parameters in order, `$ref`s resolved."""
-    return [_resolve(doc, p["$ref"]) if "$ref" in p else p for p in op.get("parameters", [])]
+    return [resolve(doc, p["$ref"]) if "$ref" in p else p for p in op.get("parameters", [])]
 
 
 def curl_example(settings, path: str, method: str, op: dict) -> str:
-    params = [p for p in parameters(_load(), op) if "example" in p]
+    params = [p for p in parameters(load(), op) if "example" in p]
     body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("example")
     # A POST with a body example says it all in the body (POST /ask also reads the query string).
     query = {} if method == "post" and body is not None else {
@@ -106,7 +106,7 @@ def curl_example(settings, path: str, method: str, op: dict) -> str:
 
 def guide_markdown(settings, intro: str = "") -> str:
     """The developer guide: every operation, its parameters, and a curl example that works."""
-    doc = _load()
+    doc = load()
     out = ["# Developer guide", "", doc["info"]["description"].strip(), ""]
     if intro:
         out += [intro.strip(), ""]
@@ -127,7 +127,7 @@ def guide_markdown(settings, intro: str = "") -> str:
     return "\n".join(out)
 
 
-def _resolve(doc: dict, ref: str) -> dict:
+def resolve(doc: dict, ref: str) -> dict:
     node = doc
     for part in ref.lstrip("#/").split("/"):
         node = node[part]

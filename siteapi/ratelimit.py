@@ -30,11 +30,20 @@ class Decision:
     remaining: int
     reset: int  # whole seconds until a unit frees up
 
+    @property
+    def retry_after(self) -> int:
+        return max(1, min(60, self.reset))
+
+    def refusal(self) -> str:
+        """The sentence of a refusal, for HTTP's 429 and the MCP tools alike."""
+        return (f"Too many requests: the {self.policy.name} budget is {self.policy.quota} per {self.policy.window} "
+                f"seconds per caller; retry in {self.retry_after} seconds.")
+
     def headers(self) -> list[tuple[str, str]]:
         out = [("RateLimit-Policy", f'"{self.policy.name}";q={self.policy.quota};w={self.policy.window}'),
                ("RateLimit", f'"{self.policy.name}";r={self.remaining};t={self.reset}')]
         if not self.allowed:
-            out.append(("Retry-After", str(max(1, min(60, self.reset)))))
+            out.append(("Retry-After", str(self.retry_after)))
         return out
 
 

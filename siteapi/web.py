@@ -247,7 +247,7 @@ class Site:
         ])
         self.static_headers = [("Link", link_header), ("Access-Control-Allow-Origin", "*"),
                                ("Access-Control-Expose-Headers", EXPOSED), ("X-Content-Type-Options", "nosniff")]
-        self.routes: list[tuple[str, tuple[str, ...], str]] = []
+        self.routes: list[tuple[str, tuple[str, ...]]] = []  # (rule, methods answered)
 
     # -- declaring routes ------------------------------------------------------------------------
     def route(self, rule: str, handler: Callable, methods: Iterable[str] = ("GET",), policy: str = "read",
@@ -261,7 +261,7 @@ class Site:
             allowed.insert(allowed.index("GET") + 1, "HEAD")
         if options and "OPTIONS" not in allowed:
             allowed.append("OPTIONS")
-        self.routes.append((rule, tuple(allowed), policy))
+        self.routes.append((rule, tuple(allowed)))
 
         def endpoint(**url_args):
             return self.serve(handler, url_args, tuple(allowed), policy, cache, may_not_exist, error_fields or {})
@@ -280,7 +280,7 @@ class Site:
     def routed(self, path: str) -> bool:
         """Whether a declared route answers `path`, rather than the fallback that serves content pages."""
         route, _ = self.app.match({"PATH_INFO": path, "REQUEST_METHOD": "GET"})
-        return any(route.rule == rule for rule, _, _ in self.routes)
+        return any(route.rule == rule for rule, _ in self.routes)
 
     def wsgi(self, environ, start_response):
         """Sanity checks that come before routing, then Bottle."""
@@ -328,9 +328,7 @@ class Site:
             decision = self.limiter.hit(policy, caller())
             request.environ[CONVENTION_HEADERS] += decision.headers()
             if not decision.allowed:
-                raise ApiError(429, f"Too many requests: the {policy} budget is {decision.policy.quota} per "
-                               f"{decision.policy.window} seconds per caller; retry in {decision.reset} seconds.",
-                               code="rate_limited", retry_after=max(1, min(60, decision.reset)))
+                raise ApiError(429, decision.refusal(), code="rate_limited", retry_after=decision.retry_after)
             result = handler(**url_args)
         except ApiError as exc:
             return self._error(exc, error_fields)

@@ -188,7 +188,7 @@ def test_openapi_declares_every_tag_and_the_headers_of_every_answer(api):
 def test_openapi_describes_every_route(site_settings, api):
     from app import make_app
     doc = api.get("/openapi.json").json()
-    for rule, methods, _ in make_app(site_settings).routes:
+    for rule, methods in make_app(site_settings).routes:
         template = re.sub(r"<(\w+)(:[^>]*)?>", r"{\1}", rule)
         assert template in doc["paths"], rule
         documented = {m.upper() for m in doc["paths"][template] if m in ("get", "post", "put", "delete", "patch")}

@@ -121,7 +121,7 @@ def test_every_route_answers_preflight_head_and_unserved_methods(live, site_sett
     from app import make_app
 
     session = requests.Session()
-    for rule, allowed, _ in make_app(site_settings).routes:  # the routes `live` serves
+    for rule, allowed in make_app(site_settings).routes:  # the routes `live` serves
         if "<" in rule:
             continue
         preflight = session.options(live + rule, headers={"Origin": "https://example.org",
