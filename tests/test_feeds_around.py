@@ -37,7 +37,9 @@ def loopback_fetcher(settings) -> Fetcher:
 def firms():
     servers = {
         "Alpha": FirmServer("Alpha Ventures"),
-        "Beta": FirmServer("Beta Capital", robots="User-agent: *\nAllow: /\n\nUser-agent: AadharshBot\nDisallow: /\n"),
+        # a form feed is no line break to Google's parser, whose line numbers name the rule shown
+        "Beta": FirmServer("Beta Capital", robots="# notes\fmore notes\nUser-agent: *\nAllow: /\n\n"
+                                                  "User-agent: AadharshBot\nDisallow: /\n"),
         "Gamma": FirmServer("Gamma Fund", robots="not found", robots_status=404),
         "Delta": FirmServer("Delta Partners", robots="maintenance", robots_status=503),
         "Epsilon": FirmServer("Epsilon"),

@@ -2,8 +2,8 @@
 
 Each firm's robots.txt is asked first (Google's parser, our product token): a 4xx robots.txt
 allows everything, a 5xx or unreachable one skips the firm this run. Allowed homepages are
-fetched 4 at a time with a 4 s limit and a 200 KB body cap, through a `fetch` callable so the
-lens's SSRF-safe fetcher can be plugged in. Per firm and crawl the store keeps head fields, a
+fetched 4 at a time with a 4 s limit and a 200 KB body cap, by the lens's SSRF-safe fetcher (no
+private addresses, every redirect hop checked). Per firm and crawl the store keeps head fields, a
 SHA-256 of the bounded body and one of its visible text, never the body itself. Change records
 between a firm's consecutive observations are computed when a crawl is stored; `content` changes
 when the words a visitor reads change, so per-request noise in scripts and attributes (nonces,
@@ -20,8 +20,6 @@ import json
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Callable
 from urllib.parse import quote, urljoin, urlsplit
 
 import robotstxt
@@ -31,8 +29,9 @@ from siteapi import db
 from siteapi.config import SettingsError
 from siteapi.feeds import FeedError, option
 from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
-from siteapi.lens.fetch import Fetcher, FetchFailed, FetchRefused, fetcher_from_settings, join_url
+from siteapi.lens.fetch import Fetcher, FetchFailed, FetchRefused, FetchResult, fetcher_from_settings, join_url
 from siteapi.lens.page import decode_text
+from siteapi.lens.terms import robots_lines, rule_at
 from siteapi.web import ApiError, clamp_int
 
 SCHEMA = """
@@ -118,28 +117,12 @@ COMPARED = ("status", "final_url", "title", "description", "content_type", "robo
 PENDING_NOTE = "no snapshot yet; the daily crawl hasn't run"
 
 
-@dataclass
-class Fetched:
-    """What a `fetch` callable returns: the final response after redirects, body bounded."""
-    status: int
-    final_url: str
-    headers: dict = field(default_factory=dict)  # lower-case names
-    body: bytes = b""
-    truncated: bool = False
-
-
-Fetch = Callable[..., Fetched]  # fetch(url, *, timeout, max_bytes, headers) -> Fetched; raises on failure
-
-
-def safe_fetch(fetcher: Fetcher) -> Fetch:
-    """A `Fetch` over the lens's safe fetcher: no private addresses, every redirect hop checked."""
-    def fetch(url: str, *, timeout: float, max_bytes: int, headers: dict) -> Fetched:
-        try:
-            result = fetcher.fetch(url, headers, cap_bytes=max_bytes, deadline=time.monotonic() + timeout)
-        except (FetchRefused, FetchFailed) as exc:
-            raise FeedError(str(exc)) from None
-        return Fetched(result.status, result.final_url, result.headers, result.body, result.truncated)
-    return fetch
+def _get(fetcher: Fetcher, url: str, timeout: float, max_bytes: int, headers: dict) -> FetchResult:
+    """The final answer after redirects, body bounded; FeedError with the fetcher's sentence."""
+    try:
+        return fetcher.fetch(url, headers, cap_bytes=max_bytes, deadline=time.monotonic() + timeout)
+    except (FetchRefused, FetchFailed) as exc:
+        raise FeedError(str(exc)) from None
 
 
 def roster(settings) -> list[dict]:
@@ -161,11 +144,11 @@ def roster(settings) -> list[dict]:
     return firms
 
 
-def _robots_verdict(fetch: Fetch, url: str) -> tuple[str, str | None, str | None]:
+def _robots_verdict(fetcher: Fetcher, url: str) -> tuple[str, str | None, str | None]:
     """(robots, rule, skipped) for our product token at `url`."""
     robots_url = urljoin(url, "/robots.txt")
     try:
-        got = fetch(robots_url, timeout=ROBOTS_TIMEOUT, max_bytes=ROBOTS_CAP, headers={"User-Agent": PRODUCT_USER_AGENT})
+        got = _get(fetcher, robots_url, ROBOTS_TIMEOUT, ROBOTS_CAP, {"User-Agent": PRODUCT_USER_AGENT})
     except Exception:
         return "unknown", None, "robots_unavailable"
     if got.status >= 500:
@@ -177,9 +160,7 @@ def _robots_verdict(fetch: Fetch, url: str) -> tuple[str, str | None, str | None
     text = got.body.decode("utf-8", "replace")
     matcher = robotstxt.RobotsMatcher()
     allowed = matcher.is_allowed(text, PRODUCT_TOKEN, url)
-    line_no = matcher.matching_line
-    lines = text.splitlines()
-    rule = lines[line_no - 1].strip()[:TEXT_CAP] if 0 < line_no <= len(lines) else None
+    rule = rule_at(robots_lines(text), matcher.matching_line)
     return ("allow" if allowed else "disallow"), rule, (None if allowed else "robots")
 
 
@@ -230,18 +211,18 @@ def _image_url(base_url: str, written: str) -> str | None:
     return url if len(url) <= TEXT_CAP else None
 
 
-def crawl_firm(fetch: Fetch, firm: dict) -> dict:
+def crawl_firm(fetcher: Fetcher, firm: dict) -> dict:
     """One firm's row: robots first, then the homepage when allowed. Never raises."""
     started = time.monotonic()
     row = {"target": firm["url"], "name": firm["name"], "observed_at": db.now_iso(), "final_url": None,
            "status": None, "title": None, "description": None, "og_image": None, "server": None,
            "last_modified": None, "content_type": None, "body_hash": None, "bytes_read": None,
            "truncated": 0, "robots_rule": None, "skipped": None, "error": None, "text_hash": None}
-    row["robots"], row["robots_rule"], row["skipped"] = _robots_verdict(fetch, firm["url"])
+    row["robots"], row["robots_rule"], row["skipped"] = _robots_verdict(fetcher, firm["url"])
     if not row["skipped"]:
         try:
-            got = fetch(firm["url"], timeout=PAGE_TIMEOUT, max_bytes=BODY_CAP,
-                        headers={"User-Agent": PRODUCT_USER_AGENT, "Accept": "text/html,*/*;q=0.5"})
+            got = _get(fetcher, firm["url"], PAGE_TIMEOUT, BODY_CAP,
+                       {"User-Agent": PRODUCT_USER_AGENT, "Accept": "text/html,*/*;q=0.5"})
             ctype = got.headers.get("content-type")
             row.update(status=got.status, final_url=got.final_url, server=_clip(got.headers.get("server")),
                        last_modified=_clip(got.headers.get("last-modified")), content_type=_clip(ctype),
@@ -288,11 +269,10 @@ def run_around(settings, fetcher: Fetcher | None = None) -> str:
     Raises FeedError, storing nothing, when no firm could be reached."""
     firms = roster(settings)
     fetcher = fetcher or fetcher_from_settings(settings)
-    fetch = safe_fetch(fetcher)
     signed_with = fetcher.signer.key_id if fetcher.signer is not None else None
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
-        rows = list(pool.map(lambda firm: crawl_firm(fetch, firm), firms))
+        rows = list(pool.map(lambda firm: crawl_firm(fetcher, firm), firms))
     # A robots.txt that disallows us, or any homepage answer, means the firm was reached.
     if rows and all(row["error"] or row["skipped"] == "robots_unavailable" for row in rows):
         raise FeedError(f"The crawl reached none of the {len(rows)} firms (robots.txt unavailable or the homepage"

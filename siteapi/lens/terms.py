@@ -96,13 +96,24 @@ def _origin_text(url: str) -> str:
     return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
 
 
+def robots_lines(text: str) -> list[str]:
+    """robots.txt's lines as Google's parser numbers them (its matching_line): broken at \r\n, \r
+    and \n only, where str.splitlines() also breaks at form feeds and other separators."""
+    return _LINE_BREAK.split(text)
+
+
+def rule_at(lines: list[str], number: int) -> str | None:
+    """The rule on line `number` (1-based, as matching_line counts), stripped and capped."""
+    return lines[number - 1].strip()[:300] if 0 < number <= len(lines) else None
+
+
 def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | None = None,
                caveat: str | None = None) -> list[dict]:
     """One verdict per registry crawler for `page_url`'s path; `caveat` is added to every note of
     a read robots.txt (or of a 4xx one)."""
     rows = []
     path_url = page_url if urlsplit(page_url).path else page_url + "/"
-    lines = _LINE_BREAK.split(robots_text or "")
+    lines = robots_lines(robots_text or "")
     for crawler in CRAWLERS:
         row = {"ua": crawler["token"], "owner": crawler["owner"], "kind": crawler["kind"], "role": crawler["role"],
                "verdict": "unknown", "matchedUa": None, "rule": None}
@@ -114,7 +125,7 @@ def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | N
             line, named = matcher.matching_line, matcher.ever_seen_specific_agent
             row["verdict"] = "allow" if allowed else "block"
             if line:
-                row["rule"] = lines[line - 1].strip()[:300] if line <= len(lines) else None
+                row["rule"] = rule_at(lines, line)
                 # a group naming the crawler replaces `*`, so a matched line is in one or the other
                 row["matchedUa"] = _named_agent(lines, line, crawler["token"]) if named else "*"
             elif named:
@@ -133,7 +144,7 @@ def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | N
 def content_signals(robots_text: str | None) -> list[dict]:
     """Every Content-Signal line with the user agents of the group it sits in."""
     out, agents, in_agents = [], ["*"], False
-    for line in _LINE_BREAK.split(robots_text or ""):
+    for line in robots_lines(robots_text or ""):
         match = _ROBOTS_LINE.match(line)
         if not match:
             continue
