@@ -82,7 +82,7 @@ def page_markdown(row) -> str:
 
 
 @functools.lru_cache(maxsize=512)
-def _render_body(body_hash: str, body: str) -> str:
+def _render_body(body: str) -> str:
     return markdown.render(body)
 
 
@@ -110,7 +110,7 @@ def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str, route
         if twin:
             reply.headers["Link"] = canonical_link(settings, lookup)
         return reply
-    body = _render_body(row["hash"], row["body"])
+    body = _render_body(row["body"])
     markdown_path = None if routed(twin_path(lookup)) else twin_path(lookup)
     text = html_page(settings, row["title"], row["description"], body, lookup, markdown_path)
     return Reply(text, content_type="text/html; charset=utf-8", headers={"Vary": "Accept"})
@@ -212,7 +212,8 @@ def robots_txt(settings) -> str:
     )
 
 
-SUGGEST_CHARS = 200  # SequenceMatcher is quadratic: a 200 KB path held a request thread for 20 s
+SUGGEST_CHARS = 200  # SequenceMatcher is quadratic: a 200 KB path held a request thread for 20 s (also the
+# most of a path a 404 sentence repeats)
 
 
 def suggest(path: str, known: list[str], base_url: str, n: int = 3) -> list[str]:

@@ -109,5 +109,6 @@ class RateLimiter:
                 return Decision(allowed, rule, stats.remaining, max(0, math.ceil(stats.reset_time - time.time())))
             except Exception:  # the store is down or unreachable (each client raises its own errors)
                 pass  # count in this process until it answers again: limited per process, never a 500
+        # the window rides in the key so that a sweep (MemoryWindows._prune) knows when a history is over
         allowed, remaining, reset = self._windows.hit((policy, caller, rule.window), rule.quota, rule.window)
         return Decision(allowed, rule, remaining, max(0, math.ceil(reset)))

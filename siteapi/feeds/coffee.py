@@ -102,7 +102,7 @@ def rules(settings) -> dict:
     }
 
 
-def _instant(value, zone: ZoneInfo, end_of_day: bool = False) -> dt.datetime:
+def _instant(value, zone: ZoneInfo) -> dt.datetime:
     if isinstance(value, dt.datetime):
         return (value if value.tzinfo else value.replace(tzinfo=zone)).astimezone(UTC)
     # A date: an all-day event; its DTEND is already exclusive (the next day).
