@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from PIL import Image  # noqa: E402
 
-from siteapi import db, demo_photos, ingest, photos, ranker  # noqa: E402
+from siteapi import db, demo_photos, exif, ingest, photos, ranker  # noqa: E402
 from siteapi.config import load_settings  # noqa: E402
 
 ROWS = 100_000
@@ -48,12 +48,12 @@ def bench_ingest(tmp: Path) -> None:
     start = time.perf_counter()
     for i in range(runs):
         ingest.make_thumbnails(data, f"bench{i}", tmp / "public")
-        ingest.read_metadata(data)
+        exif.read_metadata(data)
     full = runs / (time.perf_counter() - start)
     runs = 500
     start = time.perf_counter()
     for _ in range(runs):
-        ingest.read_metadata(data)
+        exif.read_metadata(data)
     meta_only = runs / (time.perf_counter() - start)
     print(f"  metadata + four thumbnails: {full:.2f} photos/s per core (target >= 0.8)")
     print(f"  metadata alone:             {meta_only:.0f} photos/s per core (target >= 200)")
@@ -82,7 +82,7 @@ def fill(conn, count: int, model: ranker.Model) -> None:
         vectors.append((f"{i:064x}", ranker.MODEL_NAME, caption_vectors[caption]))
         payload.append((f"P{i:06d}", f"P{i:06d}.jpg", f"{i:064x}", "0", 1000, captions[caption],
                         meta["camera"], meta["lens"], film, taken[:10].replace(":", "-"), taken, year,
-                        json.dumps(recipe) if recipe else None, ingest.recipe_text(recipe) or None, json.dumps(meta),
+                        json.dumps(recipe) if recipe else None, exif.recipe_text(recipe) or None, json.dumps(meta),
                         "a.avif", "a.jpg", "a-400.jpg", "a-200.jpg", ingest.expansion_words(meta), "exiv2", "bench",
                         "2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z"))
     marks = ", ".join("?" for _ in ingest.PHOTO_COLUMNS)

@@ -137,14 +137,6 @@ def _plural_stem(term: str) -> str:
     return term
 
 
-def token_matches(term: str, token: str) -> bool:
-    """A token matches when it starts with the term or its plural stem; a token of 5+ characters
-    also matches when the term starts with it; a term with a digit also matches inside a token."""
-    return (token.startswith((term, _plural_stem(term)))
-            or (len(token) >= 5 and term.startswith(token))
-            or (any(ch.isdigit() for ch in term) and term in token))
-
-
 class _Index:
     """The photos table in memory, newest first: filter columns by distinct value, and per ranked
     field an inverted index token → rows. Built once per ingest generation, then read-only."""
@@ -187,6 +179,8 @@ class _Index:
         return np.isin(codes, wanted)
 
     def term_mask(self, field_name: str, term: str) -> np.ndarray:
+        """Rows whose field holds a token that starts with the term or its plural stem, a token of
+        5+ characters the term starts with, or (for a term with a digit) a token holding the term."""
         vocab, postings = self.vocab[field_name], self.postings[field_name]
         tokens = set()
         for start in {term, _plural_stem(term)}:
@@ -248,15 +242,17 @@ def _index(conn: sqlite3.Connection) -> _Index:
     return cached[1]
 
 
+def _urls(row: sqlite3.Row, settings) -> tuple[str | None, dict[str, str]]:
+    """The photo's original (None while originals are not public) and its thumbnails by kind."""
+    full = settings.url("/images/full/" + quote(row["file_name"])) if settings.originals_public else None
+    return full, {kind: settings.url("/images/" + quote(row["thumb_" + kind]))
+                  for kind in ("avif", "jpg", "small", "xs")}
+
+
 def _photo(row: sqlite3.Row, settings) -> dict:
-    return {
-        "stem": row["stem"],
-        "alt": row["alt"] or "",
-        "full": settings.url("/images/full/" + quote(row["file_name"])) if settings.originals_public else None,
-        "thumb": {kind: settings.url("/images/" + quote(row["thumb_" + kind]))
-                  for kind in ("avif", "jpg", "small", "xs")},
-        "metadata": json.loads(row["metadata"]),
-    }
+    full, thumbs = _urls(row, settings)
+    return {"stem": row["stem"], "alt": row["alt"] or "", "full": full, "thumb": thumbs,
+            "metadata": json.loads(row["metadata"])}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -375,12 +371,7 @@ def manifest(conn: sqlite3.Connection, settings) -> dict:
     photos = []
     for row in conn.execute("SELECT stem, file_name, size, uploaded, thumb_avif, thumb_jpg, thumb_small, thumb_xs "
                             f"FROM photos {ORDER_SQL}"):
-        photos.append({
-            "full": settings.url("/images/full/" + quote(row["file_name"])) if settings.originals_public else None,
-            **{key: settings.url("/images/" + quote(row[key]))
-               for key in ("thumb_avif", "thumb_jpg", "thumb_small", "thumb_xs")},
-            "stem": row["stem"],
-            "size": row["size"],
-            "uploaded": row["uploaded"],
-        })
+        full, thumbs = _urls(row, settings)
+        photos.append({"full": full, **{"thumb_" + kind: url for kind, url in thumbs.items()},
+                       "stem": row["stem"], "size": row["size"], "uploaded": row["uploaded"]})
     return {"_address": settings.url("/images/manifest.json"), "photos": photos, "count": len(photos)}

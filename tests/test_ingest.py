@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, ImageCms
 
 import jobs
-from siteapi import db, demo_photos, ingest, photos, ranker
+from siteapi import db, demo_photos, exif, ingest, photos, ranker
 from siteapi.config import load_settings
 
 REAL_PHOTOS = Path(__file__).resolve().parents[2] / "shared" / "data" / "photos"
@@ -75,7 +75,7 @@ def test_first_run_adds_every_demo_photo(archive):
     settings, summary, table = archive
     assert summary == f"added {len(demo_photos.DEMOS)}, updated 0, removed 0, failed 0"
     assert set(table) == {demo.stem for demo in demo_photos.DEMOS}
-    assert all(row["extractor"] == "exiv2" and row["extractor_version"] == ingest.EXTRACTOR_VERSION
+    assert all(row["extractor"] == "exiv2" and row["extractor_version"] == exif.EXTRACTOR_VERSION
                for row in table.values())
 
 
@@ -462,7 +462,7 @@ def assert_public_copy(original: bytes, copy: bytes, secrets=SECRETS + REAL_SECR
     image = exiv2.ImageFactory.open(copy)
     image.readMetadata()
     pointers = {"Exif.Image.ExifTag", "Exif.Photo.InteroperabilityTag"}  # exiv2 writes the IFD links
-    assert {datum.key() for datum in image.exifData()} - pointers <= ingest.PUBLIC_EXIF
+    assert {datum.key() for datum in image.exifData()} - pointers <= exif.PUBLIC_EXIF
     assert image.iptcData().count() == 0 and image.xmpData().count() == 0 and image.comment() == ""
     for secret in secrets:
         assert secret.encode() not in copy, secret
@@ -476,7 +476,7 @@ def test_public_copies_keep_the_image_and_drop_private_metadata(archive):
         copy = (settings.images_dir / "full" / row["file_name"]).read_bytes()
         assert demo_photos.BODY_SERIAL.encode() in original and b"Demo Owner" in original
         assert_public_copy(original, copy)
-        published, kept = json.loads(row["metadata"]), ingest.read_metadata(copy).metadata
+        published, kept = json.loads(row["metadata"]), exif.read_metadata(copy).metadata
         for key in STANDARD_FIELDS:
             assert kept[key] == published[key], (row["stem"], key)
 
@@ -565,9 +565,9 @@ def test_width_height_and_words_are_those_of_the_displayed_photo(tmp_path):
     settings = make_settings(tmp_path)
     settings.photos_dir.mkdir()
     for orientation in range(1, 9):
-        exif = Image.Exif()
-        exif[0x0112] = orientation
-        (settings.photos_dir / f"o{orientation}.jpg").write_bytes(landscape_pixels(exif=exif.tobytes()))
+        tags = Image.Exif()
+        tags[0x0112] = orientation
+        (settings.photos_dir / f"o{orientation}.jpg").write_bytes(landscape_pixels(exif=tags.tobytes()))
     xmp = (b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
            b'<rdf:Description xmlns:tiff="http://ns.adobe.com/tiff/1.0/" tiff:Orientation="8"/></rdf:RDF></x:xmpmeta>')
     (settings.photos_dir / "xmp8.jpg").write_bytes(landscape_pixels(xmp=xmp))
@@ -583,7 +583,7 @@ def test_width_height_and_words_are_those_of_the_displayed_photo(tmp_path):
     # XMP goes from the public copy, so the turn it asked for is written as EXIF
     with Image.open(settings.images_dir / "full" / "xmp8.jpg") as copy:
         assert copy.getexif()[0x0112] == 8 and "xmp" not in copy.info
-    assert not ingest.EXTRACTOR_VERSION.endswith("rules 1")  # rows measured unturned are read again
+    assert not exif.EXTRACTOR_VERSION.endswith("rules 1")  # rows measured unturned are read again
 
 
 @pytest.mark.parametrize("written", ["0000:00:00 00:00:00", "2024:13:45 99:99:99", "2023:02:29 10:00:00",
@@ -591,9 +591,9 @@ def test_width_height_and_words_are_those_of_the_displayed_photo(tmp_path):
 def test_dates_that_are_no_real_date_are_null(tmp_path, written):
     settings = make_settings(tmp_path)
     settings.photos_dir.mkdir()
-    exif = Image.Exif()
-    exif[0x8769] = {0x9003: written}  # DateTimeOriginal
-    (settings.photos_dir / "clock.jpg").write_bytes(landscape_pixels(exif=exif.tobytes()))
+    tags = Image.Exif()
+    tags[0x8769] = {0x9003: written}  # DateTimeOriginal
+    (settings.photos_dir / "clock.jpg").write_bytes(landscape_pixels(exif=tags.tobytes()))
     ingest.run_photos(settings)
     row = rows(settings)["clock"]
     assert json.loads(row["metadata"])["date"] is None
