@@ -19,7 +19,7 @@ from siteapi import agentdocs, ask, botauth, db, openapi, pages, photos, resume,
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import markdown
 from siteapi.feeds import around, coffee, ledger, tracks
-from siteapi.lens import census, observe, scan
+from siteapi.lens import census, cloudflare, observe, scan
 from siteapi.lens.fetch import Fetcher, fetcher_from_settings
 from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter
@@ -144,7 +144,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                 raise ApiError(400, "mode accepts only cloudflare (that CDN's agent-readiness level); leave it out "
                                "for the full observation.", code="bad_mode", ok=False, parameter="mode")
             with lens_cache() as cache:
-                return scan.cloudflare_mode(url, settings, conn=cache, fetcher=fetcher)
+                return cloudflare.level(url, settings, conn=cache, fetcher=fetcher)
         if phases is not None:
             return observe.inspect(url, settings, phases, fetcher=fetcher)
         with lens_cache() as cache:  # the per-origin discovery cache

@@ -38,7 +38,7 @@ from siteapi.feeds.ledger import run_ledger
 from siteapi.feeds.tracks import run_tracks
 from siteapi.ingest import run_photos
 from siteapi.lens.census import run_census
-from siteapi.lens.scan import run_cache_purge
+from siteapi.lens.cache import run_cache_purge
 
 log = logging.getLogger("jobs")
 

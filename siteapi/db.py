@@ -31,7 +31,7 @@ REOPEN_CHECK_S = 1.0
 SCHEMA_MODULES = (
     "siteapi.db", "siteapi.content", "siteapi.ranker", "siteapi.photos",
     "siteapi.feeds.tracks", "siteapi.feeds.around", "siteapi.feeds.coffee", "siteapi.feeds.ledger",
-    "siteapi.lens.vault", "siteapi.lens.discovery", "siteapi.lens.scan", "siteapi.lens.census",
+    "siteapi.lens.vault", "siteapi.lens.cache", "siteapi.lens.census",
 )
 
 SCHEMA = """

@@ -1,7 +1,10 @@
 """Deadlines for blocking socket reads: a Watchdog shuts every socket handed to it down when its
 deadline passes, waking any read blocked on one. A socket's own read timeout restarts with every
-byte, so a server that drips its answer would otherwise hold the reader as long as it likes. Used
-by the lens fetcher and by the feed jobs' HTTP session.
+byte, so a server that drips its answer would otherwise hold the reader as long as it likes.
+
+A thread installs one for a block with `watching(deadline)`; connections built on
+`WatchedConnection` (and anything calling `watch_current`) hand their sockets to it. Used by the
+lens fetcher and by the feed jobs' HTTP session.
 """
 from __future__ import annotations
 
@@ -51,3 +54,35 @@ class Watchdog:
             for sock in self._socks:
                 sock.close()
             self._socks.clear()
+
+
+_current = threading.local()  # the Watchdog of this thread's `watching` block
+
+
+def watch_current(sock: socket.socket | None) -> None:
+    """Hand `sock` to this thread's Watchdog; nothing outside a `watching` block, or without a socket."""
+    watchdog = getattr(_current, "watchdog", None)
+    if watchdog is not None and sock is not None:
+        watchdog.watch(sock)
+
+
+class WatchedConnection:
+    """Mixin for a urllib3 connection class: each socket it opens is watched by the thread's Watchdog."""
+
+    def _new_conn(self):
+        sock = super()._new_conn()
+        watch_current(sock)
+        return sock
+
+
+@contextlib.contextmanager
+def watching(deadline: float):
+    """Within the block, this thread's watched sockets are shut down at `deadline` (a time.monotonic()
+    value); yields the Watchdog. On the way out the outer block's Watchdog is back in force."""
+    outer = getattr(_current, "watchdog", None)
+    watchdog = _current.watchdog = Watchdog(deadline)
+    try:
+        yield watchdog
+    finally:
+        _current.watchdog = outer
+        watchdog.close()

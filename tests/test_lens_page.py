@@ -242,13 +242,13 @@ def test_hostile_pages_answer_in_bounded_time(web, settings, path):
 
 def test_bad_requests_are_400_or_502_with_sentences(web, settings):
     with pytest.raises(ApiError) as missing:
-        inspect(None, settings)
+        inspect(None, settings, phases="page")
     assert missing.value.status == 400 and missing.value.body["parameter"] == "url"
     with pytest.raises(ApiError) as phases:
         inspect("https://example.com/", settings, phases="everything")
     assert phases.value.status == 400 and phases.value.body["parameter"] == "phases"
     with pytest.raises(ApiError) as refused:
-        inspect("http://169.254.169.254/latest/meta-data/", settings)  # the production fetcher
+        inspect("http://169.254.169.254/latest/meta-data/", settings, phases="page")  # the production fetcher
     assert refused.value.status == 400 and "cloud metadata" in refused.value.body["error"]
     assert "169.254" not in refused.value.body["error"]
     for path, words in (("/slow", "too long"), ("/garbage", "not a valid HTTP"), ("/to-private", "private"),

@@ -12,7 +12,7 @@ from lens_sites import DnsServer, site_fetcher, start_scanner
 from servers import stop_thread
 from siteapi import db
 from siteapi.config import load_settings
-from siteapi.lens import discovery, scan
+from siteapi.lens import cache, cloudflare, discovery, scan
 from siteapi.web import ApiError
 
 
@@ -193,7 +193,7 @@ def test_subrequest_cap_cuts_probes(sites, dns_server, settings):
 
 def test_discovery_cache_answers_the_second_scan(sites, dns_server, settings, tmp_path):
     conn = db.connect(tmp_path / "site.db")
-    conn.executescript(discovery.SCHEMA)
+    conn.executescript(cache.SCHEMA)
     first = scan.scan(sites.url("ready.test"), settings, fetcher=site_fetcher(sites), dns=dns_server.client(),
                       bot_views=False, conn=conn)
     before = sites.requests
@@ -261,28 +261,28 @@ def scanner():
 
 def test_cloudflare_mode_reads_the_scanner_and_caches(scanner, settings, sites, tmp_path):
     conn = db.connect(tmp_path / "site.db")
-    conn.executescript(scan.SCHEMA)
+    conn.executescript(cache.SCHEMA)
     conf = with_lens(settings, cloudflare_scanner_url=f"http://127.0.0.1:{scanner.server_address[1]}/mcp")
-    first = scan.cloudflare_mode("example.com", conf, conn, fetcher=site_fetcher(sites))
+    first = cloudflare.level("example.com", conf, conn, fetcher=site_fetcher(sites))
     assert first == {"ok": True, "available": True, "level": 3, "score": 60, "levelName": "Agent-Readable",
-                     "source": scan.SCANNER_SOURCE, "sourceUrl": first["sourceUrl"], "fromCache": False}
+                     "source": cloudflare.SCANNER_SOURCE, "sourceUrl": first["sourceUrl"], "fromCache": False}
     assert "example.com" in first["sourceUrl"] and scanner.calls == ["initialize", "tools/call"]
-    second = scan.cloudflare_mode("https://example.com/", conf, conn, fetcher=site_fetcher(sites))
+    second = cloudflare.level("https://example.com/", conf, conn, fetcher=site_fetcher(sites))
     assert second["fromCache"] and second["level"] == 3 and len(scanner.calls) == 2
 
 
 def test_cloudflare_mode_scanner_answer_nested_too_deeply_is_unavailable(scanner, settings, sites):
     conf = with_lens(settings, cloudflare_scanner_url=f"http://127.0.0.1:{scanner.server_address[1]}/mcp")
-    result = scan.cloudflare_mode("deep.example", conf, None, fetcher=site_fetcher(sites))
+    result = cloudflare.level("deep.example", conf, None, fetcher=site_fetcher(sites))
     assert result["ok"] and result["available"] is False and "JSON-RPC" in result["error"]
 
 
 def test_cloudflare_mode_scanner_down_is_unavailable(settings, sites):
     down = with_lens(settings, cloudflare_scanner_url="http://127.0.0.1:9/mcp", cloudflare_timeout_s=1)
-    result = scan.cloudflare_mode("example.com", down, None, fetcher=site_fetcher(sites))
+    result = cloudflare.level("example.com", down, None, fetcher=site_fetcher(sites))
     assert result["ok"] and result["available"] is False and result["error"] and result["level"] is None
     with pytest.raises(ApiError) as refused:
-        scan.cloudflare_mode("http://192.168.1.1/", down, None)
+        cloudflare.level("http://192.168.1.1/", down, None)
     assert refused.value.status == 400
 
 
@@ -292,11 +292,11 @@ def test_cloudflare_mode_sends_the_scanner_no_name_that_leads_inside(scanner, se
     conf = with_lens(settings, cloudflare_scanner_url=f"http://127.0.0.1:{scanner.server_address[1]}/mcp")
     calls = len(scanner.calls)
     with pytest.raises(ApiError) as refused:
-        scan.cloudflare_mode("http://private.test/", conf, None, fetcher=site_fetcher(sites))
+        cloudflare.level("http://private.test/", conf, None, fetcher=site_fetcher(sites))
     assert refused.value.status == 400 and refused.value.body["code"] == "url_refused"
     assert "private" in refused.value.body["error"] and refused.value.body["parameter"] == "url"
     with pytest.raises(ApiError) as unknown:
-        scan.cloudflare_mode("https://nowhere.test/", conf, None, fetcher=site_fetcher(sites))
+        cloudflare.level("https://nowhere.test/", conf, None, fetcher=site_fetcher(sites))
     assert unknown.value.status == 502 and "does not resolve" in unknown.value.body["error"]
     assert len(scanner.calls) == calls
 

@@ -12,14 +12,13 @@ hold a job for days; at the deadline the limit shuts the call's sockets down.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 
 import requests
 import urllib3
 
 from siteapi import config
-from siteapi.watchdog import Watchdog
+from siteapi.watchdog import WatchedConnection, watch_current, watching
 
 
 class FeedError(RuntimeError):
@@ -50,45 +49,27 @@ def read_capped(response, max_bytes: int, deadline: float, what: str) -> tuple[b
     return b"".join(chunks), False
 
 
-_current = threading.local()
+class _WatchedHTTPConnection(WatchedConnection, urllib3.connection.HTTPConnection):
+    pass
 
 
-def _watch(sock) -> None:
-    watchdog = getattr(_current, "watchdog", None)
-    if watchdog is not None and sock is not None:
-        watchdog.watch(sock)
+class _WatchedHTTPSConnection(WatchedConnection, urllib3.connection.HTTPSConnection):
+    pass
 
 
-class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
-    def _new_conn(self):
-        sock = super()._new_conn()
-        _watch(sock)
-        return sock
+class _WatchedPool:
+    def _get_conn(self, timeout=None):
+        conn = super()._get_conn(timeout)
+        watch_current(conn.sock)  # a kept-alive connection was opened under an earlier limit
+        return conn
 
 
-class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
-    def _new_conn(self):
-        sock = super()._new_conn()
-        _watch(sock)
-        return sock
-
-
-class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
+class _WatchedHTTPPool(_WatchedPool, urllib3.HTTPConnectionPool):
     ConnectionCls = _WatchedHTTPConnection
 
-    def _get_conn(self, timeout=None):
-        conn = super()._get_conn(timeout)
-        _watch(conn.sock)  # a kept-alive connection was opened under an earlier limit
-        return conn
 
-
-class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
+class _WatchedHTTPSPool(_WatchedPool, urllib3.HTTPSConnectionPool):
     ConnectionCls = _WatchedHTTPSConnection
-
-    def _get_conn(self, timeout=None):
-        conn = super()._get_conn(timeout)
-        _watch(conn.sock)
-        return conn
 
 
 class _WatchedAdapter(requests.adapters.HTTPAdapter):
@@ -111,15 +92,11 @@ def time_limit(deadline: float, what: str):
     time.monotonic() value). Once they were, the block raises FeedError saying `what` took too long,
     whether the cut broke a read or ended it early (http.client takes the end of the stream for the
     end of the headers, or of a body without a length)."""
-    outer = getattr(_current, "watchdog", None)
-    watchdog = _current.watchdog = Watchdog(deadline)
-    try:
-        yield
-    except Exception:
-        if not watchdog.fired:
-            raise
-    finally:
-        _current.watchdog = outer
-        watchdog.close()
+    with watching(deadline) as watchdog:
+        try:
+            yield
+        except Exception:
+            if not watchdog.fired:
+                raise
     if watchdog.fired:
         raise FeedError(f"{what} took longer than its time limit.")

@@ -16,6 +16,7 @@ from .page import mime_of
 
 MCP_ACCEPT = "application/json, text/event-stream"
 MARKDOWN_ACCEPT = "text/markdown, text/html;q=0.5"
+ENDPOINT_CAP = 2048  # /mcp and /ask: the first bytes say what answered
 _WEBMCP_INLINE = re.compile(r"navigator\.modelContext|registerTool\s*\(|provideContext\s*\(")
 _WEBMCP_BRIDGE = re.compile(r"""<script[^>]+src=["'][^"']*(webmcp|mcp-b|model-context)[^"']*["']""", re.I)
 
@@ -26,14 +27,14 @@ def endpoint_answer(result: FetchResult | None, error: str | None) -> dict:
         return {"error": error}
     return {"status": result.status, "contentType": result.content_type,
             "wwwAuthenticate": result.headers.get("www-authenticate"),
-            "body": result.body[:2048].decode("utf-8", errors="replace")}
+            "body": result.body[:ENDPOINT_CAP].decode("utf-8", errors="replace")}
 
 
 def fetch_endpoint(sub: Subrequests, url: str) -> dict:
     try:
         # a streaming answer never ends by itself: a small cap and a short timeout read its start,
         # and what came before the timeout (status, type, first events) is the answer
-        return endpoint_answer(sub.fetch(url, {"Accept": MCP_ACCEPT}, cap_bytes=2048, timeout_s=3.0, keep_partial=True), None)
+        return endpoint_answer(sub.fetch(url, {"Accept": MCP_ACCEPT}, cap_bytes=ENDPOINT_CAP, timeout_s=3.0, keep_partial=True), None)
     except (FetchFailed, FetchRefused, CapReached) as failed:
         return endpoint_answer(None, str(failed))
 

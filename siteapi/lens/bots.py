@@ -18,13 +18,11 @@ from selectolax.lexbor import LexborHTMLParser
 
 from ..feeds.crawlers import BY_KEY
 from .discovery import CapReached, Subrequests
-from .fetch import FetchFailed, FetchRefused
-from .page import is_binary, mime_of
+from .fetch import CHROME_UA, FetchFailed, FetchRefused
+from .page import is_binary, mime_of, visible_words
 from .terms import BLOCKING_STATUSES
 
 SAMPLE_BYTES = 2 * 1024  # interstitials name themselves early: title, challenge script, cf-mitigated header
-CHROME_UA = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
-             "Chrome/141.0.0.0 Safari/537.36")
 # (key, label, role, registry key or None, User-Agent)
 VIEWS = (
     ("chrome", "Chrome (control)", "control", None, CHROME_UA),
@@ -74,9 +72,7 @@ def sample_text(body: bytes, content_type: str) -> str:
     if "html" in mime_of(content_type) or text.lstrip()[:1] == "<":
         tree = LexborHTMLParser(text)
         title = tree.css_first("title")
-        tree.strip_tags(["script", "style", "noscript", "template", "svg"])
-        root = tree.body or tree.root
-        text = ((title.text() if title else "") + " " + (root.text(separator=" ") if root else ""))
+        text = (title.text() if title else "") + " " + " ".join(visible_words(tree))
     return " ".join(text.split())[:1200]
 
 

@@ -5,20 +5,17 @@ answering `200 text/html` for `/llms.txt` is a miss with a note saying so. robot
 on to the terms pass all the same, miss or not, because crawlers read it that way. Every
 subrequest goes through one `Subrequests` budget (one deadline for the whole scan, a per-probe
 timeout, a cap on how many are made). DNS goes through a `DnsClient` (dnspython); tests point it at a loopback
-name server. The discovery result of an origin is cached in site.db for `discovery_cache_hours`.
+name server. scan.py caches an origin's discovery result (cache.py).
 """
 from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
-from urllib.parse import urlsplit
 
-from .. import db
 from .fetch import FetchFailed, Fetcher, FetchRefused, FetchResult, join_url, parse_target
 from .page import is_binary, mime_of
 
@@ -26,20 +23,10 @@ PROBE_BODY_CHARS = 2_000          # a probe's `body` in the observation
 PROBE_CAP = 256 * 1024            # bytes read per probe
 ROBOTS_CAP = 512 * 1024           # Google reads the first 500 KiB of robots.txt
 DOCUMENT_CAP = 1024 * 1024        # OpenAPI documents are read whole (the keyless check needs every operation)
-ENDPOINT_CAP = 4 * 1024           # /mcp and /ask: the first bytes say what answered
 SHOWN_HEADERS = ("content-type", "content-length", "cache-control", "vary", "link", "www-authenticate",
                  "location", "content-signal", "tdm-reservation", "x-robots-tag", "cf-mitigated")
 DNS_AID_PREFIXES = ("_index", "_a2a", "_mcp")
 DNS_TIMEOUT_S = 4.5               # all the DNS-AID lookups together, and the ECH lookup
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS lens_discovery_cache (
-    origin TEXT PRIMARY KEY,
-    fetched_at REAL NOT NULL,
-    observed_at TEXT NOT NULL,
-    payload TEXT NOT NULL
-);
-"""
 
 
 class CapReached(Exception):
@@ -276,9 +263,9 @@ class Fetched:
     unreachable: bool = False
 
 
-def run_probe(sub: Subrequests, key: str, url: str, cap: int = PROBE_CAP, headers: dict | None = None) -> Fetched:
+def run_probe(sub: Subrequests, key: str, url: str, cap: int = PROBE_CAP) -> Fetched:
     try:
-        result = sub.fetch(url, headers, cap_bytes=cap)
+        result = sub.fetch(url, cap_bytes=cap)
     except (FetchFailed, FetchRefused, CapReached) as failed:
         return Fetched(probe_result(key, url, error=str(failed)), unreachable=True)
     probe = probe_result(key, url, result)
@@ -438,44 +425,3 @@ def dictionary(headers: dict) -> dict:
     encoding = (headers.get("content-encoding") or "").strip().lower() or None
     return {"observed": bool(offer) or encoding in ("dcb", "dcz"), "offer": offer,
             "negotiates": encoding in ("dcb", "dcz"), "activeEncoding": encoding}
-
-
-# --- the cache ----------------------------------------------------------------------------------
-
-def origin_of(url: str, policy) -> str:
-    target = parse_target(url, policy)
-    default = 443 if target.scheme == "https" else 80
-    host = f"[{target.host}]" if ":" in target.host else target.host
-    return f"{target.scheme}://{host}" + ("" if target.port == default else f":{target.port}")
-
-
-def cache_read(conn: sqlite3.Connection | None, origin: str, hours: float) -> dict | None:
-    if conn is None or hours <= 0:
-        return None
-    try:
-        row = conn.execute("SELECT fetched_at, payload FROM lens_discovery_cache WHERE origin = ?", (origin,)).fetchone()
-    except sqlite3.Error:
-        return None
-    if row is None or time.time() - row[0] > hours * 3600:
-        return None
-    try:
-        return json.loads(row[1])
-    except ValueError:
-        return None
-
-
-def cache_write(conn: sqlite3.Connection | None, origin: str, payload: dict) -> None:
-    if conn is None:
-        return
-    try:
-        if conn.isolation_level is not None:
-            conn.isolation_level = None
-        with db.transaction(conn):
-            conn.execute("INSERT OR REPLACE INTO lens_discovery_cache(origin, fetched_at, observed_at, payload) "
-                         "VALUES (?, ?, ?, ?)", (origin, time.time(), db.now_iso(), json.dumps(payload)))
-    except sqlite3.Error:
-        pass  # a cache that cannot be written costs the next scan some time, not this answer
-
-
-def host_of(origin: str) -> str:
-    return (urlsplit(origin).hostname or "").strip("[]")

@@ -26,7 +26,6 @@ from __future__ import annotations
 import io
 import ipaddress
 import re
-import threading
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -45,9 +44,11 @@ from urllib3.exceptions import (ConnectTimeoutError, HTTPError, NameResolutionEr
 
 from siteapi.botauth import BotSigner, signer_for
 from siteapi.config import option
-from siteapi.watchdog import Watchdog
+from siteapi.watchdog import WatchedConnection, Watchdog, watching
 
 USER_AGENT = "AadharshBot/1.0 (+https://aadhar.sh/bot)"
+CHROME_UA = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
+             "Chrome/141.0.0.0 Safari/537.36")  # desktop Chrome: the bot views' control, vault's browser profile
 ACCEPT_HTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 ACCEPT_ENCODING = "gzip, deflate, br, zstd"
 REDIRECT_STATUSES = {301, 302, 303, 307, 308}
@@ -164,7 +165,6 @@ def resolve_dns(host: str, timeout: float) -> list[str]:
 
 @dataclass(frozen=True)
 class Target:
-    url: str
     scheme: str
     host: str          # ASCII (IDNA) host, no brackets
     port: int
@@ -176,6 +176,14 @@ class Target:
         host = f"[{self.host}]" if ":" in self.host else self.host
         default = 443 if self.scheme == "https" else 80
         return host if self.port == default else f"{host}:{self.port}"
+
+    @property
+    def origin(self) -> str:
+        return f"{self.scheme}://{self.host_header}"
+
+    @property
+    def url(self) -> str:
+        return self.origin + self.path
 
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -220,10 +228,7 @@ def parse_target(raw: str, policy: AddressPolicy = PRODUCTION_POLICY) -> Target:
     path = quote(parts.path or "/", safe=_PATH_SAFE)
     if parts.query:
         path += "?" + quote(parts.query, safe=_QUERY_SAFE)
-    shown = f"[{host}]" if ":" in host else host
-    default = 443 if scheme == "https" else 80
-    url = f"{scheme}://{shown}{'' if port == default else f':{port}'}{path}"
-    return Target(url, scheme, host, port, path, literal)
+    return Target(scheme, host, port, path, literal)
 
 
 def _with_scheme(text: str) -> str:
@@ -352,9 +357,6 @@ def decode_body(raw: bytes, content_encoding: str, limit: int, raw_truncated: bo
 
 # --- deadline -------------------------------------------------------------------------------
 
-_current = threading.local()  # the Watchdog of this thread's fetch
-
-
 class _FinalResponse(HTTPResponse):
     """Skips interim 1xx answers such as 103 Early Hints: http.client skips only 100 Continue and
     would report the hint as the final status with an empty body."""
@@ -367,22 +369,12 @@ class _FinalResponse(HTTPResponse):
             parse_headers(self.fp)  # the interim answer's headers
 
 
-class _WatchedHTTPConnection(HTTPConnection):
+class _WatchedHTTPConnection(WatchedConnection, HTTPConnection):
     response_class = _FinalResponse
 
-    def _new_conn(self):
-        sock = super()._new_conn()
-        _current.watchdog.watch(sock)
-        return sock
 
-
-class _WatchedHTTPSConnection(HTTPSConnection):
+class _WatchedHTTPSConnection(WatchedConnection, HTTPSConnection):
     response_class = _FinalResponse
-
-    def _new_conn(self):
-        sock = super()._new_conn()
-        _current.watchdog.watch(sock)
-        return sock
 
 
 # --- the fetcher ----------------------------------------------------------------------------
@@ -415,13 +407,12 @@ class Fetcher:
     def __init__(self, policy: AddressPolicy = PRODUCTION_POLICY,
                  resolve: Callable[[str, float], Iterable[str]] = resolve_dns,
                  timeout_s: float = 8.0, max_redirects: int = 5, cap_bytes: int = 2 * 1024 * 1024,
-                 user_agent: str = USER_AGENT, signer: BotSigner | None = None, ca_certs: str | None = None):
+                 signer: BotSigner | None = None, ca_certs: str | None = None):
         self.policy = policy
         self.resolve = resolve
         self.timeout_s = timeout_s
         self.max_redirects = max_redirects
         self.cap_bytes = cap_bytes
-        self.user_agent = user_agent
         self.signer = signer  # Web Bot Auth: each hop signed for its own authority
         self.ca_certs = ca_certs or certifi.where()
 
@@ -444,9 +435,7 @@ class Fetcher:
         target = parse_target(url, self.policy)
         asked = target.url
         redirects: list[str] = []
-        watchdog = Watchdog(deadline)
-        _current.watchdog = watchdog
-        try:
+        with watching(deadline) as watchdog:
             while True:
                 response = self._open(target, headers or {}, watchdog, hop=len(redirects))
                 location = response.headers.get("location")
@@ -466,9 +455,6 @@ class Fetcher:
                     raise FetchFailed(f"The site redirected to a URL the lens refuses: {refused}") from None
                 if target.url in redirects:
                     raise FetchFailed("The site redirects in a loop.")
-        finally:
-            watchdog.close()
-            _current.watchdog = None
         if watchdog.fired and not keep_partial:
             raise _timed_out(watchdog.budget_s)
         out_headers = _headers(response)
@@ -508,7 +494,7 @@ class Fetcher:
 
     def _open(self, target: Target, extra: Mapping[str, str], watchdog: Watchdog, hop: int):
         addresses = self._addresses(target, watchdog.deadline, watchdog.budget_s, hop)
-        request_headers = {"Host": target.host_header, "User-Agent": self.user_agent, "Accept": ACCEPT_HTML,
+        request_headers = {"Host": target.host_header, "User-Agent": USER_AGENT, "Accept": ACCEPT_HTML,
                            "Accept-Encoding": ACCEPT_ENCODING, "Connection": "close"}
         request_headers.update({k: v for k, v in extra.items() if k.lower() != "host"})
         if self.signer is not None:

@@ -1,8 +1,7 @@
-"""`/lens/fetch`: one fetch through the safe fetcher, the page pass and its token cost, assembled
-into the page-derived LensObservation of API.md §2.5.
-
-Part 1 runs the page phase only, with or without `phases=page`; `phases` says so (a pass that
-did not run leaves its fields absent, never zero).
+"""The page-only LensObservation of `/lens/fetch?phases=page` (API.md §2.5): one fetch through the
+safe fetcher, the page pass and its token cost; `phases` says which passes ran (a pass that did
+not run leaves its fields absent, never zero). Also the helpers the full scan shares: the URL
+check, the fetch-error mapping and the page-derived fields.
 """
 from __future__ import annotations
 
@@ -39,11 +38,12 @@ def fetch_error(failed: FetchRefused | FetchFailed) -> ApiError:
     return ApiError(502, str(failed), code="upstream_failed", ok=False)
 
 
-def inspect(url: str | None, settings, phases: str | None = "page", fetcher: Fetcher | None = None) -> dict:
-    """The LensObservation for `url`. Raises ApiError 400 (missing/refused URL, bad phases) or 502."""
+def inspect(url: str | None, settings, phases: str, fetcher: Fetcher | None = None) -> dict:
+    """The LensObservation of the `phases` asked for. Raises ApiError 400 (missing/refused URL, bad
+    phases) or 502."""
     fetcher = fetcher or fetcher_from_settings(settings)
     target = checked(url, fetcher)
-    if phases not in (None, *PHASES):
+    if phases not in PHASES:
         raise ApiError(400, "phases accepts only page (the fields derived from the page itself); leave it out for the full scan.",
                        code="bad_phases", ok=False, parameter="phases")
     conf = lens_settings(settings)
@@ -51,7 +51,7 @@ def inspect(url: str | None, settings, phases: str | None = "page", fetcher: Fet
         result = fetcher.fetch(target.url)
     except (FetchRefused, FetchFailed) as failed:
         raise fetch_error(failed) from None
-    return observation(result, conf, settings.site_host if settings is not None else "aadhar.sh")
+    return observation(result, conf, settings.site_host)
 
 
 def observation(result: FetchResult, conf: dict, site_host: str) -> dict:

@@ -3,7 +3,8 @@
 `analyse()` turns a decoded body into the `anatomy`, `structured` and `ai` objects of a
 LensObservation (API.md §2.5), plus the strings cost.py prices. Parsing is selectolax (Lexbor)
 over at most `parse_bytes` of the body; output strings are capped (rawHtml 80,000 chars, text
-24,000). `frame_policy()` reads X-Frame-Options and CSP frame-ancestors.
+24,000). `visible_words()` is what counts as the words a visitor reads (bot views sample them
+too). `frame_policy()` reads X-Frame-Options and CSP frame-ancestors.
 """
 from __future__ import annotations
 
@@ -173,9 +174,7 @@ def analyse(body: bytes, content_type: str, headers: dict, url: str, parse_bytes
                 for n in tree.css("h1, h2, h3, h4, h5, h6")[:HEADINGS]]
     images = tree.css("img")
     markdown = _markdown(html)
-    tree.strip_tags(["script", "style", "noscript", "template", "svg"])
-    root = tree.body or tree.root
-    words = (root.text(separator=" ") if root is not None else "").split()
+    words = visible_words(tree)
     text = " ".join(words)
     anatomy = _anatomy(raw=html[:RAW_HTML_CHARS], raw_bytes=len(body), text=text[:TEXT_CHARS], word_count=len(words),
                        images=len(images), images_no_alt=sum(1 for n in images if "alt" not in n.attributes),
@@ -189,6 +188,14 @@ def analyse(body: bytes, content_type: str, headers: dict, url: str, parse_bytes
     raw_text = html if not truncated else decode_text(body, content_type, sniff_meta=True)[0]
     strings = {"html": html, "text": text, "markdown": markdown, "outline": outline, "raw": raw_text}
     return Page(False, True, anatomy, structured, ai, truncated, len(parsed), strings)
+
+
+def visible_words(tree: LexborHTMLParser) -> list[str]:
+    """The words a visitor reads in the body: its text without scripts, styles, templates and
+    inline SVG. Strips those elements from `tree`, so read anything else first."""
+    tree.strip_tags(["script", "style", "noscript", "template", "svg"])
+    root = tree.body or tree.root
+    return (root.text(separator=" ") if root is not None else "").split()
 
 
 def _anatomy(raw: str, raw_bytes: int, text: str, word_count: int, images: int = 0, images_no_alt: int = 0,

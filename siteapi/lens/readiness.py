@@ -198,10 +198,11 @@ def field_score(obs: dict, bot_views: list[dict] | None) -> dict:
                        "score": 100 if readable else 0, "detail": f"status {status}"})
     crawlers = [v for v in bot_views or [] if v["role"] != "control"]
     controls_ok = any(v["role"] == "control" and not v["blocked"] and v["status"] for v in bot_views or [])
-    if bot_views and len(crawlers) == 8 and all(v["status"] is not None for v in crawlers) and controls_ok:
-        share = round(100 * sum(1 for v in crawlers if not v["blocked"]) / 8)
-        components.append({"key": "sampledBots", "label": "Sampled crawlers let through", "score": share,
-                           "detail": f"{sum(1 for v in crawlers if not v['blocked'])} of 8 crawlers not blocked"})
+    if crawlers and all(v["status"] is not None for v in crawlers) and controls_ok:
+        let_through = sum(1 for v in crawlers if not v["blocked"])
+        components.append({"key": "sampledBots", "label": "Sampled crawlers let through",
+                           "score": round(100 * let_through / len(crawlers)),
+                           "detail": f"{let_through} of {len(crawlers)} crawlers not blocked"})
     else:
         components.append({"key": "sampledBots", "label": "Sampled crawlers let through", "score": None,
                            "detail": "bot views did not run" if not bot_views else "not every crawler view answered, or no control got through"})

@@ -1,49 +1,34 @@
 """The full lens scan: the page pass plus discovery, wire, terms, agent doors, bot views and readiness.
 
-Every subrequest of a scan (~37: the page, 21 well-known paths, agents.md, /mcp, /ask, the
-declared sitemap, DNS-AID and ECH lookups, the markdown check and 10 bot views) runs on one
-thread pool under ONE deadline and one subrequest cap; what did not finish in time is reported
-as not answered (`unknown`), never waited for. What the probes find joins what the page shows
-(`ai.llmsTxtPresent` counts /llms.txt). The origin's discovery result is cached in site.db for
-`discovery_cache_hours`, and an hourly job deletes what is older. Also here: `summary`
-(LensSummary), `compare` (LensComparison) and `cloudflare_mode` (a CDN's agent-readiness level read
-from its scanner over MCP).
+Every subrequest of an uncached scan (40 to 42: the page, the markdown check, 21 well-known
+paths, agents.md or AGENTS.md, /mcp, /ask, the declared sitemap, 3 DNS-AID and 1 ECH lookup, and
+10 bot views) runs on one thread pool under ONE deadline and one subrequest cap; what did not
+finish in time is reported as not answered (`unknown`), never waited for. What the probes find
+joins what the page shows (`ai.llmsTxtPresent` counts /llms.txt). The origin's discovery result
+is cached in site.db for `discovery_cache_hours` (cache.py). Also here: `summary` (LensSummary)
+and `compare` (LensComparison).
 """
 from __future__ import annotations
 
-import json
 import logging
-import re
 import sqlite3
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from urllib.parse import quote
-
-import requests
 
 from .. import db
 from ..config import option
 from ..web import ApiError
-from . import agent, bots, discovery, observe, readiness, terms
+from . import agent, bots, cache, discovery, observe, readiness, terms
 from .discovery import DnsClient, Fetched, Subrequests
 from .fetch import FetchFailed, Fetcher, FetchRefused, fetcher_from_settings, lens_settings
 
 log = logging.getLogger(__name__)
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS lens_mode_cache (
-    url TEXT PRIMARY KEY,
-    fetched_at REAL NOT NULL,
-    payload TEXT NOT NULL
-);
-"""
 TIMED_OUT = "not answered before the scan's deadline"
-SCANNER_SOURCE = "Cloudflare agent-readiness scanner (isitagentready.com)"
-_LEVEL = re.compile(r"Level\s+([0-5])\s*/\s*5\s*(?:[—–:-]+\s*([^\n\r\"*]+))?", re.I)
 
 
 def scan_settings(settings) -> dict:
-    """The [lens] settings of the full scan, with defaults applied."""
+    """The [lens] settings of the full scan, of mode=cloudflare and of the caches, with defaults applied."""
     def lens(key, default, low=None, high=None):
         return option(settings, "lens", key, default, low, high)
 
@@ -85,18 +70,18 @@ def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: b
     fetcher = fetcher or fetcher_from_settings(settings)
     dns = dns or _dns_client(conf)
     target = observe.checked(url, fetcher)
-    origin = discovery.origin_of(target.url, fetcher.policy)
+    origin = target.origin
     deadline = time.monotonic() + conf["scan_timeout_s"]
     sub = Subrequests(fetcher, deadline, conf["subrequest_cap"], conf["probe_timeout_s"])
-    cached = discovery.cache_read(conn, origin, conf["discovery_cache_hours"])
+    cached = cache.read(conn, cache.DISCOVERY, origin, conf["discovery_cache_hours"])
     pool = ThreadPoolExecutor(max_workers=conf["concurrency"], thread_name_prefix="lens-scan")
     try:
         sub.take()
         page_future = pool.submit(fetcher.fetch, target.url, deadline=deadline)
         md_future = pool.submit(agent.md_answer, sub, target.url)
         found = None if cached else _discovery_futures(pool, sub, origin)
-        dns_futures = {} if cached else {"dnsAid": pool.submit(discovery.dns_aid, sub, dns, discovery.host_of(origin)),
-                                         "ech": pool.submit(discovery.ech, sub, dns, discovery.host_of(origin))}
+        dns_futures = {} if cached else {"dnsAid": pool.submit(discovery.dns_aid, sub, dns, target.host),
+                                         "ech": pool.submit(discovery.ech, sub, dns, target.host)}
         view_futures = [pool.submit(bots.view, sub, target.url, spec) for spec in bots.VIEWS] if bot_views else []
         try:
             page = page_future.result(timeout=max(0.1, sub.remaining()))
@@ -113,10 +98,10 @@ def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: b
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     if not cached and payload.pop("_complete") and not sub.capped:
-        discovery.cache_write(conn, origin, payload)
+        cache.write(conn, cache.DISCOVERY, origin, payload)
     payload.pop("_complete", None)
 
-    obs = observe.observation(page, page_conf, settings.site_host if settings is not None else "aadhar.sh")
+    obs = observe.observation(page, page_conf, settings.site_host)
     obs["phases"] = {"page": True, "discovery": True, "botViews": bool(bot_views),
                      "discoveryCached": bool(cached), "subrequestCap": sub.capped}
     obs["discovery"] = _discovery_object(payload, origin, obs)
@@ -310,129 +295,3 @@ def compare(left: str | None, right: str | None, settings, fetcher: Fetcher | No
                                **({"parameter": side} if status == 400 else {})) from None
     return {"ok": True, "comparedAt": db.now_iso(), "left": sides["left"], "right": sides["right"],
             "changes": changes(sides["left"], sides["right"])}
-
-
-# --- mode=cloudflare ----------------------------------------------------------------------------
-
-class ScannerError(Exception):
-    pass
-
-
-def _rpc(session: requests.Session, url: str, message: dict, headers: dict, timeout: float, cap: int = 192 * 1024):
-    response = session.post(url, json=message, headers=headers, timeout=timeout, stream=True)
-    raw = b""
-    for chunk in response.iter_content(16384):
-        raw += chunk
-        if len(raw) > cap:
-            break
-    response.close()
-    if response.status_code >= 400:
-        raise ScannerError(f"the scanner answered {response.status_code}")
-    text = raw[:cap].decode("utf-8", errors="replace")
-    if "text/event-stream" in response.headers.get("content-type", ""):
-        frames = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
-        text = next((f for f in frames if '"id"' in f), frames[-1] if frames else "")
-    try:
-        body = json.loads(text)
-    except (ValueError, RecursionError):
-        raise ScannerError("the scanner's answer is not JSON-RPC") from None
-    if not isinstance(body, dict) or "error" in body and body["error"]:
-        raise ScannerError(f"the scanner returned an error: {str((body or {}).get('error'))[:200]}")
-    return body.get("result"), response.headers.get("mcp-session-id")
-
-
-def _read_level(result) -> tuple[int, str | None]:
-    if isinstance(result, dict):
-        if result.get("isError"):
-            raise ScannerError("the scanner's scan_site tool reported an error")
-        structured = result.get("structuredContent")
-        if isinstance(structured, dict) and isinstance(structured.get("level"), int) and 0 <= structured["level"] <= 5:
-            return structured["level"], structured.get("levelName")
-        text = " ".join(c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict))
-        match = _LEVEL.search(text)
-        if match:
-            return int(match.group(1)), (match.group(2) or "").strip() or None
-    raise ScannerError("the scanner's answer has no 'Level N/5' in it")
-
-
-def cloudflare_mode(url: str | None, settings, conn: sqlite3.Connection | None = None,
-                    fetcher: Fetcher | None = None) -> dict:
-    """That CDN's agent-readiness level for `url`, cached; `available:false` with `error` when unreadable."""
-    conf = scan_settings(settings)
-    fetcher = fetcher or fetcher_from_settings(settings)
-    target = observe.checked(url, fetcher)
-    source_url = conf["cloudflare_report_url"] + "?url=" + quote(target.url, safe="")
-    base = {"ok": True, "source": SCANNER_SOURCE, "sourceUrl": source_url}
-    cached = _mode_cache_read(conn, target.url, conf["cloudflare_cache_hours"])
-    if cached:
-        return {**base, **cached, "fromCache": True}
-    try:  # the scanner fetches from its own network, but a name that leads inside is still not sent out
-        fetcher.check_addresses(target)
-    except (FetchRefused, FetchFailed) as failed:
-        raise observe.fetch_error(failed) from None
-    try:
-        level, name = _scan_site(conf, target.url)
-    except (ScannerError, requests.RequestException) as failed:
-        error = str(failed) if isinstance(failed, ScannerError) else "the scanner could not be reached"
-        return {**base, "available": False, "level": None, "score": None, "levelName": None, "fromCache": False,
-                "error": error}
-    found = {"available": True, "level": level, "score": level * 20, "levelName": name}
-    _mode_cache_write(conn, target.url, found)
-    return {**base, **found, "fromCache": False}
-
-
-def _scan_site(conf: dict, url: str) -> tuple[int, str | None]:
-    endpoint, timeout = conf["cloudflare_scanner_url"], conf["cloudflare_timeout_s"]
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-               "User-Agent": "AadharshBot/1.0 (+https://aadhar.sh/bot)"}
-    with requests.Session() as session:
-        session.trust_env = False
-        _, session_id = _rpc(session, endpoint, {
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                       "clientInfo": {"name": "aadhar.sh lens", "version": "1"}}}, headers, timeout)
-        headers = {**headers, "MCP-Protocol-Version": "2025-06-18",
-                   **({"Mcp-Session-Id": session_id} if session_id else {})}
-        result, _ = _rpc(session, endpoint, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                                             "params": {"name": "scan_site", "arguments": {"url": url, "profile": "all"}}},
-                         headers, timeout)
-    return _read_level(result)
-
-
-def _mode_cache_read(conn, url: str, hours: float) -> dict | None:
-    if conn is None or hours <= 0:
-        return None
-    try:
-        row = conn.execute("SELECT fetched_at, payload FROM lens_mode_cache WHERE url = ?", (url,)).fetchone()
-        return json.loads(row[1]) if row and time.time() - row[0] <= hours * 3600 else None
-    except (sqlite3.Error, ValueError):
-        return None
-
-
-def run_cache_purge(settings) -> str:
-    """Job (hourly): delete the cached lookups past their window, so the origins and URLs callers
-    inspected are kept only as long as the caches reuse them."""
-    conf = scan_settings(settings)
-    now = time.time()
-    conn = db.writer(settings.db_path)
-    try:
-        with db.transaction(conn):
-            origins = conn.execute("DELETE FROM lens_discovery_cache WHERE fetched_at < ?",
-                                   (now - conf["discovery_cache_hours"] * 3600,)).rowcount
-            urls = conn.execute("DELETE FROM lens_mode_cache WHERE fetched_at < ?",
-                                (now - conf["cloudflare_cache_hours"] * 3600,)).rowcount
-    finally:
-        conn.close()
-    return f"{origins} discovery results and {urls} CDN levels past their window deleted"
-
-
-def _mode_cache_write(conn, url: str, payload: dict) -> None:
-    if conn is None:
-        return
-    try:
-        conn.isolation_level = None
-        with db.transaction(conn):
-            conn.execute("INSERT OR REPLACE INTO lens_mode_cache(url, fetched_at, payload) VALUES (?, ?, ?)",
-                         (url, time.time(), json.dumps(payload)))
-    except sqlite3.Error:
-        pass

@@ -3,8 +3,8 @@
 Backs the MCP tools representation_capture / representation_read / representation_compare.
 A profile is a set of request headers: `browser` (a desktop browser's Accept headers), `bot`
 (the lens's own crawler headers), `markdown` (`Accept: text/markdown`) and `identity` (no
-compression). Fetches go through the safe fetcher, concurrently, outside any transaction; the
-rows are written in one short transaction.
+compression). Fetches go through the caller's safe fetcher (the app's: its signer and [lens]
+limits), concurrently, outside any transaction; the rows are written in one short transaction.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import db
 from ..web import ApiError
 from . import page
-from .fetch import ACCEPT_ENCODING, ACCEPT_HTML, FetchFailed, Fetcher, FetchRefused, FetchResult
+from .fetch import ACCEPT_ENCODING, ACCEPT_HTML, CHROME_UA, FetchFailed, Fetcher, FetchRefused, FetchResult
 from .observe import checked
 
 SCHEMA = """
@@ -45,10 +45,8 @@ CREATE TABLE IF NOT EXISTS representation_snapshots (
 CREATE INDEX IF NOT EXISTS representation_snapshots_url ON representation_snapshots(url, profile, observed_at);
 """
 
-BROWSER_UA = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
-              "Chrome/141.0.0.0 Safari/537.36")
 PROFILES = {
-    "browser": {"User-Agent": BROWSER_UA, "Accept": ACCEPT_HTML, "Accept-Language": "en-US,en;q=0.9",
+    "browser": {"User-Agent": CHROME_UA, "Accept": ACCEPT_HTML, "Accept-Language": "en-US,en;q=0.9",
                 "Accept-Encoding": ACCEPT_ENCODING},
     "bot": {"Accept": ACCEPT_HTML, "Accept-Encoding": ACCEPT_ENCODING},
     "markdown": {"Accept": "text/markdown, text/plain;q=0.5", "Accept-Encoding": ACCEPT_ENCODING},
@@ -81,10 +79,9 @@ def parse_profiles(profiles) -> list[str]:
     return names or list(DEFAULT_PROFILES)
 
 
-def capture(conn: sqlite3.Connection, url: str, profiles=None, fetcher: Fetcher | None = None) -> dict:
+def capture(conn: sqlite3.Connection, url: str, profiles=None, *, fetcher: Fetcher) -> dict:
     """Fetch `url` as each profile and store one row per profile. Returns {ok, url, snapshots}."""
     names = parse_profiles(profiles)
-    fetcher = fetcher or Fetcher()
     target = checked(url, fetcher)
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         rows = list(pool.map(lambda name: _observe(fetcher, target.url, name), names))
@@ -98,10 +95,9 @@ def read(conn: sqlite3.Connection, snapshot_id) -> dict:
     return {"ok": True, "snapshot": _row(conn, snapshot_id)}
 
 
-def compare(conn: sqlite3.Connection, snapshot_id, fetcher: Fetcher | None = None) -> dict:
+def compare(conn: sqlite3.Connection, snapshot_id, *, fetcher: Fetcher) -> dict:
     """Refetch a snapshot's URL with the same profile, store the new row, list what changed."""
     before = _row(conn, snapshot_id)
-    fetcher = fetcher or Fetcher()
     after = _observe(fetcher, before["url"], before["profile"])
     (after_id,) = _store(conn, [after])
     after = {"id": after_id, **after}

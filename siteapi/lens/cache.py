@@ -1,0 +1,75 @@
+"""The lens's lookup caches in site.db: an origin's discovery result (`lens_discovery_cache`, for
+`[lens] discovery_cache_hours`) and a URL's CDN readiness level (`lens_mode_cache`, for
+`cloudflare_cache_hours`), and the hourly job that deletes what is past its window.
+
+A cache that cannot be read or written costs the next lookup some time, never an answer.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+from .. import db
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS lens_discovery_cache (
+    origin TEXT PRIMARY KEY,
+    fetched_at REAL NOT NULL,
+    observed_at TEXT NOT NULL,
+    payload TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lens_mode_cache (
+    url TEXT PRIMARY KEY,
+    fetched_at REAL NOT NULL,
+    payload TEXT NOT NULL
+);
+"""
+DISCOVERY, LEVELS = "lens_discovery_cache", "lens_mode_cache"
+_KEYS = {DISCOVERY: "origin", LEVELS: "url"}
+
+
+def read(conn: sqlite3.Connection | None, table: str, key: str, hours: float) -> dict | None:
+    """The payload stored under `key` within the last `hours`, or None."""
+    if conn is None or hours <= 0:
+        return None
+    try:
+        row = conn.execute(f"SELECT fetched_at, payload FROM {table} WHERE {_KEYS[table]} = ?", (key,)).fetchone()
+        return json.loads(row[1]) if row and time.time() - row[0] <= hours * 3600 else None
+    except (sqlite3.Error, ValueError):
+        return None
+
+
+def write(conn: sqlite3.Connection | None, table: str, key: str, payload: dict) -> None:
+    """Store `payload` under `key` as of now, replacing what was there."""
+    if conn is None:
+        return
+    row = {_KEYS[table]: key, "fetched_at": time.time(), "payload": json.dumps(payload)}
+    if table == DISCOVERY:
+        row["observed_at"] = db.now_iso()  # NOT NULL in every site.db made so far, though nothing reads it
+    try:
+        conn.isolation_level = None  # the app's connection: `transaction` draws the boundaries
+        with db.transaction(conn):
+            conn.execute(f"INSERT OR REPLACE INTO {table}({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                         tuple(row.values()))
+    except sqlite3.Error:
+        pass
+
+
+def run_cache_purge(settings) -> str:
+    """Job (hourly): delete the cached lookups past their window, so the origins and URLs callers
+    inspected are kept only as long as the caches reuse them."""
+    from .scan import scan_settings  # here: scan imports this module
+
+    conf = scan_settings(settings)
+    now = time.time()
+    conn = db.writer(settings.db_path)
+    try:
+        with db.transaction(conn):
+            origins = conn.execute("DELETE FROM lens_discovery_cache WHERE fetched_at < ?",
+                                   (now - conf["discovery_cache_hours"] * 3600,)).rowcount
+            urls = conn.execute("DELETE FROM lens_mode_cache WHERE fetched_at < ?",
+                                (now - conf["cloudflare_cache_hours"] * 3600,)).rowcount
+    finally:
+        conn.close()
+    return f"{origins} discovery results and {urls} CDN levels past their window deleted"
