@@ -15,16 +15,14 @@ an unfinished run of its job in `job_runs` knows that run died, and closes it as
 """
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import sqlite3
 import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Callable
+from typing import Callable
 
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -71,26 +69,12 @@ def lock_path(settings: Settings, holder: str) -> Path:
     return Path(f"{settings.db_path}-{holder}.lock")
 
 
-def try_lock(path: Path) -> IO | None:
-    """The open lock file, holding an exclusive lock on it until closed; None while another
-    process (or another run in this one) holds it. Opened for reading, which is all flock needs:
-    a lock file made by a run by hand as another user (root) still serves the service's user."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return open(fd)  # noqa: SIM115 - the caller holds it open for as long as it holds the lock
-
-
 def run_job(settings: Settings, name: str) -> tuple[bool, str]:
     """Run one job, recording it in job_runs; returns (ok, summary or error). A job already
     running elsewhere is not run again; a site.db that cannot be used fails the run with a
     sentence (recorded when site.db can still take it)."""
     try:
-        lock = try_lock(lock_path(settings, f"job-{name}"))
+        lock = db.try_lock(lock_path(settings, f"job-{name}"))
     except OSError as exc:
         return _failed(name, db.storage_problem(settings.db_path, exc))
     if lock is None:
@@ -159,7 +143,7 @@ def schedule(settings: Settings) -> int:
     from apscheduler.schedulers.blocking import BlockingScheduler
 
     try:
-        lock = try_lock(lock_path(settings, "scheduler"))
+        lock = db.try_lock(lock_path(settings, "scheduler"))
     except OSError as exc:
         print(f"jobs: {db.storage_problem(settings.db_path, exc)}", file=sys.stderr)
         return 1

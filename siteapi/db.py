@@ -1,4 +1,4 @@
-"""site.db: connections, the shared schema, and the job-run record.
+"""site.db: connections, the shared schema, the job-run record, and the lock files beside it.
 
 Writers (jobs, and the app's few small rows) open read-write connections in WAL mode; readers
 open `mode=ro`, one connection per thread. Every connection sets `busy_timeout`. Each area owns
@@ -22,6 +22,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 BUSY_TIMEOUT_MS = 5000
 # How often a thread's reader checks that the path still names the file it reads (a stat call).
@@ -65,6 +66,20 @@ def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
     return conn
+
+
+def try_lock(path: Path) -> IO | None:
+    """The open lock file, holding an exclusive lock on it until closed; None while another
+    process (or another run in this one) holds it. Opened for reading, which is all flock needs:
+    a lock file made by a run by hand as another user (root) still serves the service's user."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return open(fd)  # noqa: SIM115 - the caller holds it open for as long as it holds the lock
 
 
 def _has_content(path: Path) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import shutil
 import signal
@@ -66,12 +65,10 @@ class StackError(Exception):
 def sole_stack(db_path: Path):
     """Held while the stack runs: a second `make run` on the same site.db would race the first-run
     build and start a second scheduler."""
-    with open(f"{db_path}-stack.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StackError(f"Another `make run` is already serving {db_path}; stop it first (Ctrl-C where it "
-                             "runs).") from None
+    lock = db.try_lock(Path(f"{db_path}-stack.lock"))
+    if lock is None:
+        raise StackError(f"Another `make run` is already serving {db_path}; stop it first (Ctrl-C where it runs).")
+    with lock:
         yield
 
 

@@ -28,7 +28,7 @@ from selectolax.lexbor import LexborHTMLParser as HTMLParser
 from siteapi import db
 from siteapi.config import SettingsError
 from siteapi.feeds import FeedError, option
-from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
+from siteapi.feeds.crawlers import PRODUCT_TOKEN, PRODUCT_USER_AGENT
 from siteapi.lens.fetch import Fetcher, FetchFailed, FetchRefused, FetchResult, fetcher_from_settings, join_url
 from siteapi.lens.page import decode_text
 from siteapi.lens.terms import robots_lines, rule_at
@@ -105,7 +105,6 @@ ROSTER = (
     ("Ribbit", "https://ribbitcap.com/"),
     ("Topology", "https://www.topology.vc/"),
 )
-PRODUCT_TOKEN = "AadharshBot"
 PAGE_TIMEOUT = 4.0
 ROBOTS_TIMEOUT = 3.0
 BODY_CAP = 200 * 1024

@@ -9,7 +9,8 @@ engines fetch or index to answer with (REFERENCE §2 puts OAI-SearchBot and Perp
 """
 from __future__ import annotations
 
-PRODUCT_USER_AGENT = "AadharshBot/1.0 (+https://aadhar.sh/bot)"
+PRODUCT_TOKEN = "AadharshBot"  # this site's own bot, as robots.txt names it
+PRODUCT_USER_AGENT = f"{PRODUCT_TOKEN}/1.0 (+https://aadhar.sh/bot)"
 
 CRAWLERS: tuple[dict, ...] = (
     {"key": "oai-searchbot", "token": "OAI-SearchBot", "ua_substring": "oai-searchbot", "owner": "OpenAI",
@@ -48,7 +49,7 @@ CRAWLERS: tuple[dict, ...] = (
      "kind": "AI training control token", "role": "train", "label": "Google-Extended"},
     {"key": "applebot-extended", "token": "Applebot-Extended", "ua_substring": None, "owner": "Apple",
      "kind": "AI training control token", "role": "train", "label": "Applebot-Extended"},
-    {"key": "aadharshbot", "token": "AadharshBot", "ua_substring": "aadharshbot", "owner": "aadhar.sh",
+    {"key": "aadharshbot", "token": PRODUCT_TOKEN, "ua_substring": PRODUCT_TOKEN.lower(), "owner": "aadhar.sh",
      "kind": "this site's own fetcher", "role": "answers", "label": "AadharshBot", "ledger": False},
 )
 

@@ -44,9 +44,10 @@ from urllib3.exceptions import (ConnectTimeoutError, HTTPError, NameResolutionEr
 
 from siteapi.botauth import BotSigner, signer_for
 from siteapi.config import option
+from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
 from siteapi.watchdog import WatchedConnection, Watchdog, watching
 
-USER_AGENT = "AadharshBot/1.0 (+https://aadhar.sh/bot)"
+USER_AGENT = PRODUCT_USER_AGENT  # the bot's one identity lives in the crawler registry
 CHROME_UA = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
              "Chrome/141.0.0.0 Safari/537.36")  # desktop Chrome: the bot views' control, vault's browser profile
 ACCEPT_HTML = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
