@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["search", "ask", "ask_fp32", "photos", "lens", "lens_scan", "ratelimit"]
+ORDER = ["search", "ask", "ask_fp32", "photos", "lens", "lens_scan", "ratelimit", "request_cost"]
 # Yardsticks, not dependencies, live here only: extruct for the lens, torch and the float32
 # MiniLM weights for the ask model.
 BENCH_VENV = HERE / ".venv"
