@@ -86,9 +86,11 @@ def _render_body(body: str) -> str:
     return markdown.render(body)
 
 
-def html_page(settings, title: str, description: str, body_html: str, path: str, markdown_path: str | None) -> str:
+def html_page(settings, title: str, description: str, body_html: str, path: str | None,
+              markdown_path: str | None) -> str:
+    """The page template; `path` None (a 404) names no canonical URL, since nothing lives there."""
     return TEMPLATE.render(site=settings.site_name, title=title, description=description, body=body_html,
-                           canonical=page_url(settings, path),
+                           canonical=path and page_url(settings, path),
                            markdown_path=markdown_path and quote(markdown_path, safe=URL_SAFE))
 
 
@@ -136,7 +138,7 @@ def llms_txt(conn: sqlite3.Connection, settings, api: list[tuple[str, str, str]]
     home = page_row(conn, "/")
     summary = home["description"] if home else f"The personal site {settings.site_host}."
     out = [f"# {settings.site_name}", "", f"> {summary}", "",
-           f"Every page has a Markdown twin (the path plus `.md`) and answers `Accept: text/markdown`. "
+           f"Every page answers `Accept: text/markdown`, and the links below are their Markdown twins (the path plus `.md`). "
            f"The JSON API is read-only and keyless: [OpenAPI]({settings.url('/openapi.json')}), "
            f"[guide]({settings.url('/developers')}), [API catalog]({settings.url('/.well-known/api-catalog')}).", "",
            "## API", ""]
@@ -245,4 +247,4 @@ def render_error(settings, fmt: str, body: dict, path: str) -> tuple[str, str, d
     content = (f"<p>{html.escape(body['error'])}</p>"
                + (f"<p>Perhaps you meant:</p><ul>{items}</ul>" if items else "")
                + '<p>Or start from the <a href="/">home page</a> or the <a href="/sitemap.xml">sitemap</a>.</p>')
-    return "text/html; charset=utf-8", html_page(settings, "Not found", body["error"], content, path, None), {}
+    return "text/html; charset=utf-8", html_page(settings, "Not found", body["error"], content, None, None), {}

@@ -26,6 +26,7 @@ def test_unknown_page_404_follows_accept(api):
     as_html = api.get("/writting/carb", headers={"Accept": "text/html"})
     assert as_html.status_code == 404 and as_html.headers["Content-Type"].startswith("text/html")
     html5lib.HTMLParser(strict=True).parse(as_html.text)
+    assert 'rel="canonical"' not in as_html.text  # it named the missing URL as the page's own
     as_json = api.get("/writting/carb", headers={"Accept": "application/json"})
     assert as_json.status_code == 404 and as_json.json()["suggestions"]
     as_md = api.get("/writting/carb", headers={"Accept": "text/markdown"})

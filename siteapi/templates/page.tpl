@@ -5,7 +5,9 @@
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{title}} · {{site}}</title>
 <meta name="description" content="{{description}}">
+% if canonical:
 <link rel="canonical" href="{{canonical}}">
+% end
 % if markdown_path:
 <link rel="alternate" type="text/markdown" href="{{markdown_path}}">
 % end
