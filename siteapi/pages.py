@@ -138,7 +138,8 @@ def llms_txt(conn: sqlite3.Connection, settings, api: list[tuple[str, str, str]]
     home = page_row(conn, "/")
     summary = home["description"] if home else f"The personal site {settings.site_host}."
     out = [f"# {settings.site_name}", "", f"> {summary}", "",
-           f"Every page answers `Accept: text/markdown`, and the page links below go to their Markdown twins (the path plus `.md`). "
+           "Every page answers `Accept: text/markdown`, and the page links below go to their Markdown twins "
+           "(the path plus `.md`). "
            f"The JSON API is read-only and keyless: [OpenAPI]({settings.url('/openapi.json')}), "
            f"[guide]({settings.url('/developers')}), [API catalog]({settings.url('/.well-known/api-catalog')}).", "",
            "## API", ""]
