@@ -155,13 +155,14 @@ def schedule(settings: Settings) -> int:
         scheduler = BlockingScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 300})
         now = datetime.now(timezone.utc)
         triggers = {name: build_trigger(job.trigger) for name, job in JOBS.items()}
+        # Held open for the scheduler's life: a reader that may not write site.db's folder (Datasette
+        # under ReadOnlyPaths) can open the WAL database only while its -shm exists, and SQLite removes
+        # that with the last connection; Datasette would then fail to start at all.
+        keeper = None
         try:
-            conn = db.writer(settings.db_path)
-            try:
-                late = {name for name, trigger in triggers.items()
-                        if isinstance(trigger, CronTrigger) and overdue(conn, name, trigger, now)}
-            finally:
-                conn.close()
+            keeper = db.writer(settings.db_path)
+            late = {name for name, trigger in triggers.items()
+                    if isinstance(trigger, CronTrigger) and overdue(keeper, name, trigger, now)}
         except (sqlite3.Error, OSError) as exc:  # every job runs now, and fails with this sentence until it is fixed
             log.error("%s", db.storage_problem(settings.db_path, exc))
             late = set(JOBS)
@@ -177,6 +178,9 @@ def schedule(settings: Settings) -> int:
             scheduler.start()
         except (KeyboardInterrupt, SystemExit):
             pass
+        finally:
+            if keeper is not None:
+                keeper.close()
     return 0
 
 

@@ -39,6 +39,8 @@ def test_the_datasette_unit_runs_what_make_run_runs():
 def test_the_datasette_unit_is_bounded_in_memory_and_restarts():
     text = (ROOT / "deploy" / "site-datasette.service").read_text()
     assert re.search(r"^MemoryMax=\d+[MG]$", text, re.M) and re.search(r"^Restart=on-failure$", text, re.M)
+    # read-only, it starts once the scheduler holds site.db open (test_durability), and never gives up before
+    assert re.search(r"^After=.*\bsite-jobs\.service\b", text, re.M) and re.search(r"^StartLimitIntervalSec=0$", text, re.M)
 
 
 def test_the_units_run_what_make_run_runs(tmp_path):

@@ -34,7 +34,8 @@ import jobs
 from app import make_app
 from conftest import ROOT
 from feeds_servers import FirmServer, IcsServer, SpotifyServer, _toml_value
-from servers import serve_wsgi
+from servers import accepts, running, serve_wsgi
+from test_stack_e2e import free_port
 from siteapi import db, demo_photos
 from siteapi.config import load_settings
 
@@ -662,6 +663,42 @@ def test_a_read_only_site_db_fails_the_jobs_and_they_recover_once_it_is_writable
         finally:
             reader.stdin.close()
             reader.wait(timeout=HANG_GUARD_S)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_datasette_reading_as_another_user_starts_beside_the_scheduler():
+    """Datasette's unit may not write site.db's folder (ReadOnlyPaths), and a read-only reader opens
+    a WAL database only while its -shm exists, which SQLite removes with the last connection: at
+    boot, before the app's first request, Datasette failed to start at all. The scheduler holds
+    site.db open for its life."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root, to run Datasette as a user who cannot write the folder")
+    folder = Path(tempfile.mkdtemp(prefix="site-ds-"))
+    try:
+        site = make_site(folder, {"around_roster": [{"name": "Nowhere", "url": "http://127.0.0.1:9/"}]},
+                         lens={"census_roster": ["http://127.0.0.1:9/"]})
+        build(site, "content")
+        subprocess.run(["chmod", "-R", "a+rX,go-w", str(folder)], check=True)
+        scheduler = subprocess.Popen([sys.executable, str(site.root / "hook.py")], cwd=ROOT, env=site.env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            finished = 0
+            for line in scheduler.stderr:  # every job runs at start; then no job holds site.db
+                finished += "executed successfully" in line
+                if finished == len(jobs.JOBS):
+                    break
+            assert finished == len(jobs.JOBS) and scheduler.poll() is None
+            nobody = str(pwd.getpwnam("nobody").pw_uid)
+            port = free_port()
+            command = ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups", sys.executable, "-m",
+                       "datasette", "serve", str(site.db), "--host", "127.0.0.1", "--port", str(port)]
+            with running(command, lambda: accepts(port), "Datasette as nobody", timeout=HANG_GUARD_S, cwd=ROOT):
+                answer = requests.get(f"http://127.0.0.1:{port}/site/pages.json?_shape=array", timeout=30)
+                assert answer.status_code == 200 and len(answer.json()) == 5
+        finally:
+            scheduler.kill()
+            scheduler.communicate()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
