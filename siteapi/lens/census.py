@@ -3,7 +3,7 @@
 `run_census` scans each roster site (no bot views) four at a time, outside any transaction, then
 writes the run in one transaction; a run where every site failed raises and writes nothing. A later
 run on the same day replaces that day's rows, except that a site which fails after a good scan that
-day keeps the good values and only gains the error. `census(conn)` answers `/lens/census.json`: each
+day keeps the good values and only gains the error. `census(conn, settings)` answers `/lens/census.json`: each
 site's latest good score, tier, level, doors and surfaces, the change since its previous census day
 (`delta`), its series of one point per day, and the `error` of its latest scan if that failed.
 
@@ -146,7 +146,7 @@ def run_census(settings, fetcher: Fetcher | None = None, dns: DnsClient | None =
         f"; failed: {', '.join(r['host'] for r in failed)}" if failed else "")
 
 
-def census(conn: sqlite3.Connection, settings=None) -> dict:
+def census(conn: sqlite3.Connection, settings) -> dict:
     """The Census body. A sqlite3.Error (storage unreadable) is the app's 503 storage_unavailable."""
     rows = conn.execute("SELECT ts, ymd, host, url, tier, score, level, doors, verdict, surfaces, error "
                         "FROM lens_census ORDER BY ts, id").fetchall()
