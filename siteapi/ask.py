@@ -174,8 +174,8 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
         raise _bad(named("mode"), f"Mode {_shown(mode)} is unknown; send {send('mode', 'list')} (summarize and generate "
                    "are not served).", query_id)
 
-    site = str(value("site") or "").strip().lower().rstrip("/")
-    if site not in ("", "all", settings.site_host, "https://" + settings.site_host):
+    site = str(value("site") or "").strip().lower()
+    if not _names_this_site(site, settings.site_host):
         raise _bad(named("site"), f"Site {_shown(site)} is not served here; send {send('site', settings.site_host)} or "
                    "leave it out.", query_id)
 
@@ -219,6 +219,16 @@ def _json_object(body: bytes, query_id: str) -> dict:
 
 
 _JSON_TYPES = {str: "a string", bool: "true or false", list: "an array of strings", dict: "an object", int: "an integer"}
+
+
+def _names_this_site(site: str, host: str) -> bool:
+    """`site` (lower case) is empty, `all`, the host name or its https origin, as the origin may be
+    written: a trailing slash, the default port 443, the fully qualified name's trailing dot."""
+    if site in ("", "all"):
+        return True
+    if site.startswith("https://"):
+        site = site.removeprefix("https://").rstrip("/").removesuffix(":443")
+    return site.removesuffix(".") == host
 
 
 def _typed(container: dict, key: str, kinds: tuple, name: str, query_id: str):

@@ -230,12 +230,14 @@ def test_unknown_mode_is_400_and_list_is_served(site):
     assert answer(site, query="coffee", mode="list")["mode"] == "list"
 
 
-@pytest.mark.parametrize("value", ["", "all", "aadhar.sh", "AADHAR.SH", "https://aadhar.sh", "https://aadhar.sh/"])
+@pytest.mark.parametrize("value", ["", "all", "aadhar.sh", "AADHAR.SH", "https://aadhar.sh", "https://aadhar.sh/",
+                                   "https://aadhar.sh:443", "https://aadhar.sh:443/", "aadhar.sh.", "https://aadhar.sh./"])
 def test_site_values_served(site, value):
     assert answer(site, query="coffee", site=value)["site"] == "aadhar.sh"
 
 
-@pytest.mark.parametrize("value", ["example.com", "http://aadhar.sh", "https://evil.aadhar.sh"])
+@pytest.mark.parametrize("value", ["example.com", "http://aadhar.sh", "https://evil.aadhar.sh", "https://aadhar.sh:8443",
+                                   "aadhar.sh:443", "https://aadhar.sh/page", "https://me@aadhar.sh", "aadhar.sh.."])
 def test_other_sites_are_400(site, value):
     err = error(site, query={"query": "coffee", "site": value})
     assert err.status == 400 and err.body["parameter"] == "site"
