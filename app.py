@@ -132,9 +132,10 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
 
     # -- the lens ------------------------------------------------------------------------------------
     def lens_cache():
-        """site.db for the lens's lookup caches, or None until the jobs have built it: a connection
-        would create it empty, and every other endpoint would then fail on its missing tables."""
-        return closing(db.connect(settings.db_path)) if settings.db_path.exists() else nullcontext()
+        """site.db for the lens's lookup caches, or None while it is missing or emptied: a writer would
+        build a new one with no data, and every other endpoint would serve an empty site from it
+        instead of the 503 (or the last good file) until the jobs rebuild it."""
+        return closing(db.connect(settings.db_path)) if db.has_content(settings.db_path) else nullcontext()
 
     def lens_fetch():
         query = params()

@@ -56,7 +56,7 @@ def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
     if readonly:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     else:
-        if not _has_content(path):
+        if not has_content(path):
             _create(path)
         _writable_sidecars(path)
         conn = sqlite3.connect(path, check_same_thread=False)
@@ -82,7 +82,8 @@ def try_lock(path: Path) -> IO | None:
     return open(fd)  # noqa: SIM115 - the caller holds it open for as long as it holds the lock
 
 
-def _has_content(path: Path) -> bool:
+def has_content(path: Path) -> bool:
+    """The file exists and is not empty: a writer opening it would not build a new site.db."""
     try:
         return path.stat().st_size > 0
     except FileNotFoundError:
@@ -101,7 +102,7 @@ def _create(path: Path) -> None:
     folder = os.open(path.parent, os.O_RDONLY)
     try:
         fcntl.flock(folder, fcntl.LOCK_EX)
-        if _has_content(path):
+        if has_content(path):
             return
         for stale in path.parent.glob(f".{path.name}.new-*"):  # left by a creator killed while building
             stale.unlink(missing_ok=True)
@@ -114,7 +115,7 @@ def _create(path: Path) -> None:
             finally:
                 conn.close()  # the last connection checkpoints and removes temp's -wal and -shm
             wal = Path(f"{path}-wal")
-            if _has_content(wal):
+            if has_content(wal):
                 os.replace(wal, f"{wal}-orphaned-{time.strftime('%Y%m%dT%H%M%S')}")
             for leftover in (wal, Path(f"{path}-shm")):
                 leftover.unlink(missing_ok=True)

@@ -218,7 +218,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher) -> list[Tool]:
                 decision = limiter.hit(policy, caller)
                 if not decision.allowed:
                     return Outcome(error=decision.refusal())
-            if not settings.db_path.exists():  # a writer would create an empty site.db that hides the outage
+            if not db.has_content(settings.db_path):  # a writer would build a new site.db that hides the outage
                 return Outcome(error="The snapshot storage cannot be reached right now; try again later.")
             try:
                 with closing(db.writer(settings.db_path)) as conn:

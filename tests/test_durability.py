@@ -582,6 +582,22 @@ def test_a_deleted_or_emptied_site_db_is_served_until_the_jobs_rebuild_it(tmp_pa
     wait_for(worker, "/search.json?q=dunlin", lambda status, body: status == 200 and body["total"] == 5)
 
 
+def test_a_lens_request_does_not_replace_an_emptied_site_db_with_an_empty_one(tmp_path, monkeypatch):
+    """The lens opens site.db for its caches as a writer, and a writer builds a new site.db where it
+    finds none: after one /lens/fetch the site served an empty index (200, total 0) where it said
+    503 until the jobs rebuild it."""
+    monkeypatch.setattr(db, "REOPEN_CHECK_S", 0)  # each request looks at the path again
+    site = make_site(tmp_path)
+    build(site, "content")
+    with serve_wsgi(make_app(site.settings).wsgi) as base:
+        assert search_total(base, "colophon") > 0
+        site.db.write_bytes(b"")
+        assert requests.get(f"{base}/search.json?q=colophon", timeout=30).status_code == 503
+        assert requests.get(f"{base}/lens/fetch", timeout=30).status_code == 400  # no url: refused after the cache opened
+        assert site.db.stat().st_size == 0
+        assert requests.get(f"{base}/search.json?q=colophon", timeout=30).status_code == 503
+
+
 def test_a_wal_left_beside_a_missing_site_db_is_not_replayed_into_the_new_one(tmp_path):
     site = make_site(tmp_path)
     ok(site.run("content"))
