@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -87,3 +89,18 @@ def test_empty_and_short_texts():
     assert tokens.count("") == 0
     assert list(tokens._chunks("hello")) == ["hello"]
     assert tokens.count("hello world") == len(tokens.encoding().encode_ordinary("hello world"))
+
+
+def test_threads_asking_at_once_share_one_loaded_vocabulary():
+    """Waitress's threads all want the vocabulary on the first Markdown requests; each loading its
+    own 80 MB copy left the app at three times its memory."""
+    tokens._load.cache_clear()
+    start = threading.Barrier(8)
+
+    def first_use(_):
+        start.wait()
+        return tokens.encoding()
+
+    with ThreadPoolExecutor(8) as pool:
+        loaded = list(pool.map(first_use, range(8)))
+    assert all(encoding is loaded[0] for encoding in loaded)
