@@ -360,3 +360,81 @@ def test_the_expansion_child_stops_itself_should_the_job_die(tmp_path):
                            input=HOURLY_SINCE_1700.encode(), capture_output=True, timeout=60, cwd=ROOT)
     assert child.returncode == -signal.SIGXCPU and child.stdout == b""
     assert time.monotonic() - started < 8
+
+
+def stored_busy(settings) -> list[tuple[str, str]]:
+    conn = db.connect(settings.db_path, readonly=True)
+    return [tuple(row) for row in conn.execute("SELECT start_utc, end_utc FROM coffee_busy ORDER BY start_ms")]
+
+
+DAILY = ("DTSTART;TZID=America/New_York:20270301T100000", "DTEND;TZID=America/New_York:20270301T110000",
+         "RRULE:FREQ=DAILY")
+MOVED = "RECURRENCE-ID;TZID=America/New_York:20270313T100000"  # the series' 13 March occurrence
+# Times near year 1 or 9999 that overflow once moved to UTC or another zone (the expansion moves UTC
+# times into X-WR-TIMEZONE, New York here), beside a daily series and another event that must still
+# count. Each entry: the lines added to the series, and other events.
+UNREPRESENTABLE = {
+    "override-ending-9999-west": ((), [event("daily", MOVED, "DTSTART;TZID=America/New_York:20270313T100000",
+                                             "DTEND;TZID=America/New_York:99991231T230000")]),
+    "override-starting-year-1-east": ((), [event("daily", MOVED, "DTSTART;TZID=Asia/Tokyo:00010101T000000",
+                                                 "DTEND;TZID=America/New_York:20270313T110000")]),
+    "override-lasting-8000-years": ((), [event("daily", MOVED, "DTSTART;TZID=America/New_York:20270313T100000",
+                                               "DURATION:P3000000D")]),
+    "rdate-period-ending-9999-west": (("RDATE;VALUE=PERIOD;TZID=America/New_York:20270313T120000/99991231T230000",), []),
+    "rdate-period-lasting-8000-years": (("RDATE;VALUE=PERIOD:20270313T170000Z/P3000000D",), []),
+    "rdate-9999-west": (("RDATE;TZID=America/New_York:99991231T230000",), []),
+    "rdate-year-1-east": (("RDATE;TZID=Asia/Tokyo:00010101T000000",), []),
+    "exdate-9999-west": (("EXDATE;TZID=America/New_York:99991231T230000",), []),
+    "exdate-year-1-utc": (("EXDATE:00010101T000000Z",), []),
+    "exdate-year-1-all-day": (("EXDATE;VALUE=DATE:00010101",), []),
+    "until-9999": (("RRULE:FREQ=DAILY;UNTIL=99991231T235959Z",), []),
+    "event-starting-year-1-utc": ((), [event("old", "DTSTART:00010101T000000Z", "DTEND:00010101T010000Z")]),
+    "event-ending-before-year-1": ((), [event("older", "DTSTART:00010101T000000Z", "DURATION:-P1D")]),
+    "event-ending-9999-west": ((), [event("late", "DTSTART;TZID=America/New_York:99991231T220000",
+                                          "DTEND;TZID=America/New_York:99991231T230000")]),
+}
+
+
+@pytest.mark.parametrize("series_lines,others", UNREPRESENTABLE.values(), ids=UNREPRESENTABLE.keys())
+def test_times_that_cannot_be_represented_are_skipped_and_the_rest_kept(tmp_path, feed, series_lines, others):
+    """An occurrence ending in year 9999 west of UTC made the whole calendar fail with OverflowError
+    (the last busy list stayed); a far EXDATE, or an override or RDATE lasting thousands of years,
+    silently dropped its whole series (or the rest of it). Now such a time is skipped alone."""
+    settings = settings_for(tmp_path)
+    good = event("good", "DTSTART:20270311T170000Z", "DTEND:20270311T173000Z")
+    feed.ics = calendar(event("daily", *DAILY), good)
+    run_calendar(settings, now=NOW)
+    expected = stored_busy(settings)
+    assert len(expected) == 18  # the series' 9 to 25 March, and the other event
+    replaced = {line.split(":")[0] for line in series_lines if line.startswith("RRULE")}
+    series = [line for line in DAILY if line.split(":")[0] not in replaced] + list(series_lines)
+    feed.ics = calendar(event("daily", *series), *others, good)
+    run_calendar(settings, now=NOW + dt.timedelta(minutes=5))
+    assert stored_busy(settings) == expected
+
+
+def test_a_utc_time_at_the_end_of_year_9999_in_a_calendar_east_of_utc_is_skipped(tmp_path, feed):
+    settings = settings_for(tmp_path)
+    good = event("good", "DTSTART:20270311T170000Z", "DTEND:20270311T173000Z")
+    tokyo = lambda *events: calendar(*events).replace("X-WR-TIMEZONE:America/New_York", "X-WR-TIMEZONE:Asia/Tokyo")
+    feed.ics = tokyo(good)
+    run_calendar(settings, now=NOW)
+    expected = stored_busy(settings)
+    feed.ics = tokyo(event("last", "DTSTART:99991231T220000Z", "DTEND:99991231T235959Z"), good)
+    run_calendar(settings, now=NOW + dt.timedelta(minutes=5))
+    assert stored_busy(settings) == expected == [("2027-03-11T17:00:00Z", "2027-03-11T17:30:00Z")]
+
+
+@pytest.mark.parametrize("end", ["DTEND;VALUE=DATE:20270317", "DURATION:P1D"])
+def test_an_all_day_event_blocks_its_whole_utc_day(tmp_path, feed, end):
+    """REFERENCE.md: all-day events block the whole UTC day. 16 March 2027 in UTC is 20:00 on the
+    15th to 20:00 on the 16th in New York (EDT); a day running to 23:00 shows the difference."""
+    settings = settings_for(tmp_path, coffee_day_end="23:00", coffee_max_per_day=99, coffee_max_per_week=99)
+    feed.ics = calendar(event("offsite", "DTSTART;VALUE=DATE:20270316", end))
+    run_calendar(settings, now=NOW)
+    assert stored_busy(settings) == [("2027-03-16T00:00:00Z", "2027-03-17T00:00:00Z")]
+    days = by_day(read(settings, NOW)["slots"])
+    evening = ["20:15", "21:00", "21:45", "22:30"]
+    assert days["2027-03-15"] == GRID + ["18:00", "18:45", "19:30"]  # the 19:30 slot ends as the UTC day begins
+    assert days["2027-03-16"] == evening
+    assert days["2027-03-17"] == GRID + ["18:00", "18:45", "19:30"] + evening

@@ -4,8 +4,9 @@ The job (every 5 minutes) fetches the feed at `SITE_CALENDAR_ICS_URL` (an http(s
 webcal:// one calendar apps publish, which means https://; any other scheme is refused), expands
 recurring events (RRULE, EXDATE, RECURRENCE-ID overrides) with recurring-ical-events, skips
 cancelled and transparent (free) events, and stores only start/end instants, never titles. All-day
-events block their whole day in the host's time zone; floating times are read in that zone too.
-An event whose rule is broken is skipped; the rest of the calendar still counts.
+events block their whole UTC day (REFERENCE.md); floating times are read in the host's time zone.
+An event whose rule is broken, or whose times lie too near year 1 or 9999 to move between zones,
+is skipped; the rest of the calendar still counts.
 The expansion runs in a child process under a time limit (`[feeds] calendar_expand_seconds`, 30)
 and a memory limit (`calendar_expand_mb`, 512): dateutil spends seconds on each rule that never
 matches or is hourly since centuries ago, and an event repeated thousands of times can take
@@ -63,6 +64,14 @@ EVENT_PROPERTIES = frozenset({"UID", "DTSTART", "DTEND", "DURATION", "RRULE", "R
                               "SEQUENCE", "STATUS", "TRANSP"})
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 UTC = dt.timezone.utc
+# The expansion moves times between zones (UTC ones into the calendar's X-WR-TIMEZONE, EXDATEs into
+# their event's zone) and this module moves them to UTC: within a day of year 1 or of the end of
+# 9999 that overflows, failing the whole calendar or, inside the expansion, silently dropping a
+# whole series. No booking window comes near, so an RDATE or EXDATE there is dropped, and an event
+# that starts, ends or was moved there is skipped (an override then leaves its occurrence where the
+# series puts it).
+EARLIEST = dt.datetime.min.replace(tzinfo=UTC) + dt.timedelta(days=2)
+LATEST = dt.datetime.max.replace(tzinfo=UTC) - dt.timedelta(days=2)
 
 
 def rules(settings) -> dict:
@@ -105,8 +114,43 @@ def rules(settings) -> dict:
 def _instant(value, zone: ZoneInfo) -> dt.datetime:
     if isinstance(value, dt.datetime):
         return (value if value.tzinfo else value.replace(tzinfo=zone)).astimezone(UTC)
-    # A date: an all-day event; its DTEND is already exclusive (the next day).
-    return dt.datetime.combine(value, dt.time(0), tzinfo=zone).astimezone(UTC)
+    # A date: an all-day event, blocking UTC days; its DTEND is already exclusive (the next day).
+    return dt.datetime.combine(value, dt.time(0), tzinfo=UTC)
+
+
+def _out_of_reach(value, zone: ZoneInfo) -> bool:
+    """Whether a date, a time or a PERIOD (a start and an end or a duration) reaches before EARLIEST
+    or past LATEST. A value of any other type is broken: the expansion skips its event."""
+    if isinstance(value, tuple) and isinstance(value[0], dt.date):
+        start, end = value
+        try:
+            end = start + end if isinstance(end, dt.timedelta) else end
+        except OverflowError:
+            return True
+        return _out_of_reach(start, zone) or _out_of_reach(end, zone)
+    if not isinstance(value, dt.date):
+        return False
+    try:
+        return not EARLIEST <= _instant(value, zone) <= LATEST
+    except OverflowError:
+        return True
+
+
+def _event_out_of_reach(event, zone: ZoneInfo) -> bool:
+    """Whether an event starts, ends or was moved from (RECURRENCE-ID) out of reach."""
+    start, duration = (getattr(event.get(name), "dt", None) for name in ("DTSTART", "DURATION"))
+    values = [getattr(event.get(name), "dt", None) for name in ("DTSTART", "DTEND", "RECURRENCE-ID")]
+    if isinstance(duration, dt.timedelta):
+        values.append((start, duration))
+    return any(_out_of_reach(value, zone) for value in values)
+
+
+def _drop_dates_out_of_reach(event, zone: ZoneInfo) -> None:
+    for name in ("RDATE", "EXDATE"):
+        lists = event.get(name, [])
+        for dates in lists if isinstance(lists, list) else [lists]:
+            if hasattr(dates, "dts"):  # not a broken value
+                dates.dts = [date for date in dates.dts if not _out_of_reach(date.dt, zone)]
 
 
 def _repeats_within_the_hour(event) -> bool:
@@ -145,11 +189,12 @@ def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datet
                         "it is refused.")
     # An event without a start has no time to block, and recurring_ical_events fails the whole feed on it.
     for component in calendar.walk():
-        component.subcomponents = [c for c in component.subcomponents
-                                   if c.name != "VEVENT" or c.get("DTSTART") is not None]
+        component.subcomponents = [c for c in component.subcomponents if c.name != "VEVENT" or (
+            c.get("DTSTART") is not None and not _event_out_of_reach(c, zone))]
         if component.name == "VEVENT":
             for name in set(component) - EVENT_PROPERTIES:
                 del component[name]
+            _drop_dates_out_of_reach(component, zone)
             component.subcomponents = []  # alarms
     spans = []
     try:
