@@ -67,9 +67,16 @@ def watch_current(sock: socket.socket | None) -> None:
 
 
 class WatchedConnection:
-    """Mixin for a urllib3 connection class: each socket it opens is watched by the thread's Watchdog."""
+    """Mixin for a urllib3 connection class: each socket it opens is watched by the thread's Watchdog,
+    and its connect given no more than the Watchdog's time left."""
 
     def _new_conn(self):
+        watchdog = getattr(_current, "watchdog", None)
+        if watchdog is not None:
+            # Until it connects, a socket is not the Watchdog's to shut down: its connect timeout
+            # (a redirect hop's full one) would run on past the deadline.
+            left = max(watchdog.remaining(), 0.001)
+            self.timeout = min(self.timeout, left) if isinstance(self.timeout, (int, float)) else left
         sock = super()._new_conn()
         watch_current(sock)
         return sock

@@ -1,6 +1,7 @@
 """Loopback servers speaking the outside protocols the feeds read: the Spotify Web API (token
 endpoint, playlist with paginated items, several artists by id), an ICS calendar feed, and firm
-homepages with robots.txt.
+homepages with robots.txt; and the network between: an HTTP proxy (what HTTP_PROXY and HTTPS_PROXY
+name) and a black hole (a port whose connects hang).
 
 Each server runs a real ThreadingHTTPServer on 127.0.0.1 in a thread (over TLS when given an
 ssl context); `fault` switches it into a failure mode (500, slow, dripping body or headers,
@@ -11,9 +12,12 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import select
+import socket
 import ssl
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -265,10 +269,14 @@ class SpotifyServer(LoopbackServer):
 
 
 class IcsServer(LoopbackServer):
-    """One ICS feed at /calendar.ics (the body is set by the test)."""
+    """One ICS feed at /calendar.ics (the body is set by the test). With `redirect_to` set, every
+    answer is a redirect there, `redirect_delay` seconds late (to /calendar.ics itself: a loop that
+    ends when the client stops following)."""
 
     def __init__(self, ics: str = "", tls: ssl.SSLContext | None = None):
         self.ics = ics
+        self.redirect_to: str | None = None
+        self.redirect_delay = 0.0
         super().__init__(tls)
 
     @property
@@ -276,6 +284,9 @@ class IcsServer(LoopbackServer):
         return self.url + "/calendar.ics"
 
     def respond(self, handler):
+        if self.redirect_to:
+            time.sleep(self.redirect_delay)
+            return self.send(handler, 302, "", "text/plain", {"Location": self.redirect_to})
         if self.common_fault(handler):
             return
         if self.fault == "huge":
@@ -286,7 +297,10 @@ class IcsServer(LoopbackServer):
 
 
 class FirmServer(LoopbackServer):
-    """One firm's origin: a homepage at / and a robots.txt answered with `robots_status`."""
+    """One firm's origin: a homepage at / (and at /home and /en/home, whatever `;name=value` path
+    parameters they carry) and a robots.txt answered with `robots_status`. With `redirect_to` set, /
+    redirects there, its {token} (hex), {TOKEN} (upper-case hex), {uuid} and {number} (13 digits,
+    a time in milliseconds) new in every answer, as session ids and cache-busters are."""
 
     def __init__(self, title: str, robots: str = "User-agent: *\nAllow: /\n", robots_status: int = 200,
                  og_image: str = "/og.png", encoding: str = "utf-8"):
@@ -298,6 +312,7 @@ class FirmServer(LoopbackServer):
         self.robots_status = robots_status
         self.page_status = 200
         self.last_modified = "Tue, 03 Nov 2026 10:00:00 GMT"
+        self.redirect_to: str | None = None
         super().__init__()
 
     def homepage(self) -> str:
@@ -315,22 +330,126 @@ class FirmServer(LoopbackServer):
             "</h1>", f'</h1><a href="/cdn-cgi/l/email-protection#{token}" data-cfemail="{token}">[email protected]</a>')
 
     def respond(self, handler):
-        path = urlsplit(handler.path).path
+        path = urlsplit(handler.path).path.split(";")[0]
         if path == "/robots.txt":
             return self.send(handler, self.robots_status, self.robots, "text/plain")
+        if path == "/" and self.redirect_to:
+            token = secrets.token_hex(16)
+            location = self.redirect_to.format(token=token, TOKEN=token.upper(), uuid=uuid.uuid4(),
+                                               number=secrets.randbelow(9 * 10**12) + 10**12)
+            return self.send(handler, 302, "", "text/plain", {"Location": location})
         if self.fault == "noise":
             return self.send(handler, 200, self.noisy_homepage(), "text/html; charset=utf-8")
         if self.fault == "slow":  # longer than the crawl's time limit in the tests, until the server closes
             self.closed.wait(10)
         if self.fault == "huge":
             return self.send(handler, 200, "<html><title>Huge</title>" + "a" * 400_000, "text/html")
-        if path in ("/", "/home"):
+        if path in ("/", "/home", "/en/home"):
             return self.send(handler, self.page_status, self.homepage().encode(self.encoding),
                              f"text/html; charset={self.encoding}",
                              {"Last-Modified": self.last_modified})
         if path == "/old":
             return self.send(handler, 301, "", "text/plain", {"Location": "/home"})
         self.send(handler, 404, "not found", "text/plain")
+
+
+class ForwardProxy:
+    """An HTTP proxy on 127.0.0.1: a request in absolute form (http://host/path) is sent on over a
+    connection of its own and the answer relayed as it arrives, byte for byte; CONNECT host:port
+    opens a tunnel (for https://). `requests` lists (method, target) as they come."""
+
+    def __init__(self):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                outer.requests.append((self.command, self.path))
+                target = urlsplit(self.path)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = "".join(f"{name}: {value}\r\n" for name, value in self.headers.items()
+                                  if name.lower() not in ("connection", "proxy-connection"))
+                upstream = socket.create_connection((target.hostname, target.port or 80))
+                upstream.sendall(f"{self.command} {target.path or '/'}{'?' + target.query if target.query else ''} "
+                                 f"HTTP/1.1\r\n{headers}Connection: close\r\n\r\n".encode() + body)
+                head = b""
+                while b"\r\n" not in head and (chunk := upstream.recv(65536)):
+                    head += chunk
+                status, _, rest = head.partition(b"\r\n")
+                # one answer per connection: the client must not send its next request down this one
+                self.connection.sendall(status + b"\r\nConnection: close\r\n" + rest)
+                self.close_connection = True
+                outer.relay(upstream, self.connection)
+
+            do_POST = do_GET
+
+            def do_CONNECT(self):
+                outer.requests.append((self.command, self.path))
+                host, _, port = self.path.rpartition(":")
+                upstream = socket.create_connection((host, int(port)))
+                self.send_response(200, "Connection established")
+                self.end_headers()
+                self.close_connection = True
+                outer.relay(upstream, self.connection)
+
+            def log_message(self, *args):
+                pass
+
+        self.requests: list[tuple[str, str]] = []
+        self.closed = threading.Event()
+        self.httpd = QuietServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def relay(self, upstream: socket.socket, client: socket.socket) -> None:
+        """Bytes both ways until either side closes (or the proxy does)."""
+        with upstream:
+            while not self.closed.is_set():
+                ready, _, _ = select.select([upstream, client], [], [], 0.05)
+                for sock in ready:
+                    try:
+                        data = sock.recv(65536)
+                        if data:
+                            (client if sock is upstream else upstream).sendall(data)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        return
+
+    def close(self):
+        self.closed.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class BlackHole:
+    """A loopback port whose connects hang, as a host that drops every packet: Linux drops a SYN to a
+    listener whose accept queue is full, and this one never accepts."""
+
+    def __init__(self):
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(0)
+        self.fillers = []
+        for _ in range(3):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(self.listener.getsockname())
+            self.fillers.append(filler)
+        time.sleep(0.2)  # the handshakes that fit complete and fill the queue
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.listener.getsockname()[1]}/calendar.ics"
+
+    def close(self):
+        for sock in (*self.fillers, self.listener):
+            sock.close()
 
 
 def _toml_value(value) -> str:

@@ -7,7 +7,10 @@ crawlers is the one registry of AI and search crawlers, shared with the lens.
 The jobs that read the network (tracks, coffee) make their calls through `session()` inside a
 `time_limit(deadline)`: a socket's read timeout restarts with every byte, so a server that drips
 its status line and headers (http.client reads a hundred header lines of 64 KB) would otherwise
-hold a job for days; at the deadline the limit shuts the call's sockets down.
+hold a job for days; at the deadline the limit shuts the call's sockets down. That holds for the
+whole call: every redirect hop's connection, and the connections to an http(s):// proxy named by
+HTTP_PROXY or HTTPS_PROXY (honoured, as requests does, for an owner whose server reaches out only
+through one).
 """
 from __future__ import annotations
 
@@ -72,10 +75,19 @@ class _WatchedHTTPSPool(_WatchedPool, urllib3.HTTPSConnectionPool):
     ConnectionCls = _WatchedHTTPSConnection
 
 
+_WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+
 class _WatchedAdapter(requests.adapters.HTTPAdapter):
     def init_poolmanager(self, *args, **kwargs):
         super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+        self.poolmanager.pool_classes_by_scheme = _WATCHED_POOLS
+
+    def proxy_manager_for(self, proxy, **proxy_kwargs):
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if isinstance(manager, urllib3.ProxyManager):  # not a SOCKS one, whose pools are its own
+            manager.pool_classes_by_scheme = _WATCHED_POOLS
+        return manager
 
 
 def session() -> requests.Session:
@@ -89,14 +101,15 @@ def session() -> requests.Session:
 @contextlib.contextmanager
 def time_limit(deadline: float, what: str):
     """Within the block, this thread's calls through a `session()` are cut off at `deadline` (a
-    time.monotonic() value). Once they were, the block raises FeedError saying `what` took too long,
-    whether the cut broke a read or ended it early (http.client takes the end of the stream for the
-    end of the headers, or of a body without a length)."""
+    time.monotonic() value). Once the deadline has passed, the block raises FeedError saying `what`
+    took too long, whether the cut broke a read or ended it early (http.client takes the end of the
+    stream for the end of the headers, or of a body without a length), or a connect given only the
+    time left timed out a moment before the cut."""
     with watching(deadline) as watchdog:
         try:
             yield
         except Exception:
-            if not watchdog.fired:
+            if not (watchdog.fired or watchdog.remaining() <= 0):
                 raise
-    if watchdog.fired:
+    if watchdog.fired or watchdog.remaining() <= 0:
         raise FeedError(f"{what} took longer than its time limit.")
