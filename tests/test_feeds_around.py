@@ -324,3 +324,56 @@ def test_a_huge_last_modified_header_is_clipped_like_the_other_headers(tmp_path)
         assert row["lastModified"].startswith("Tue, 03 Nov 2026") and len(row["lastModified"]) == 300
     finally:
         server.close()
+
+
+def redirecting_firm(tmp_path):
+    server = FirmServer("Redirecting Capital")
+    settings = make_settings(tmp_path, {"around_roster": [{"name": "Redirecting", "url": server.url + "/"}]})
+    return server, settings
+
+
+# Where homepages send a crawler that brings no cookie: a session id, a token, a cache-buster or a
+# timestamp, new in every answer, in the query or a path parameter.
+NOISY_TARGETS = ["/home?sid={token}&_={number}", "/home?lang=en&session={uuid}", "/home;jsessionid={TOKEN}",
+                 "/en/home?utm_source=crawler&v={number}&token={token}", "/home?{number}"]
+
+
+@pytest.mark.parametrize("target", NOISY_TARGETS)
+def test_noise_in_a_redirect_target_is_no_change(tmp_path, target):
+    """The final URL differs in every crawl, the place it names does not: the radar used to record a
+    final_url change (medium) for such a firm every day."""
+    server, settings = redirecting_firm(tmp_path)
+    server.redirect_to = target
+    try:
+        run_around(settings, fetcher=loopback_fetcher(settings))
+        first = report(reader(settings))["results"][0]
+        assert run_around(settings, fetcher=loopback_fetcher(settings)).endswith("0 changed")
+        second = report(reader(settings))["results"][0]
+    finally:
+        server.close()
+    assert first["status"] == second["status"] == 200 and first["title"] == "Redirecting Capital"
+    assert first["finalUrl"] != second["finalUrl"]  # stored as observed, noise and all
+    assert changes(reader(settings))["changes"] == []
+
+
+@pytest.mark.parametrize("before,after", [
+    ("/home?sid={token}", "/en/home?sid={token}"),  # a new path
+    ("/home?sid={token}", "http://redirecting.test:{port}/home?sid={token}"),  # a new host
+    ("/home?lang=en&sid={token}", "/home?lang=de&sid={token}"),  # a query value that is a word
+    ("/home?page=2&_={number}", "/home?page=3&_={number}"),  # or a short number
+])
+def test_a_redirect_target_that_really_moves_is_a_change(tmp_path, before, after):
+    server, settings = redirecting_firm(tmp_path)
+    port = urlsplit(server.url).port
+    server.redirect_to = before
+    try:
+        run_around(settings, fetcher=loopback_fetcher(settings))
+        previous = report(reader(settings))["results"][0]["finalUrl"]
+        server.redirect_to = after.replace("{port}", str(port))
+        assert run_around(settings, fetcher=loopback_fetcher(settings)).endswith("1 changed")
+        latest = report(reader(settings))["results"][0]["finalUrl"]
+    finally:
+        server.close()
+    (found,) = changes(reader(settings))["changes"]
+    assert found["severity"] == "medium"
+    assert found["changes"] == [{"field": "final_url", "before": previous, "after": latest}]  # shown as observed

@@ -7,20 +7,23 @@ private addresses, every redirect hop checked). Per firm and crawl the store kee
 SHA-256 of the bounded body and one of its visible text, never the body itself. Change records
 between a firm's consecutive observations are computed when a crawl is stored; `content` changes
 when the words a visitor reads change, so per-request noise in scripts and attributes (nonces,
-tokens) is no change. A run skipped for an unavailable robots.txt observed nothing, so it is shown
-in its snapshot but neither compared nor compared against. Crawls and changes older than 90 days
-are pruned. A crawl that reached no firm (each one failed or had no readable robots.txt) is an
-outage on our side: it fails and stores nothing, so the last snapshot stays and the radar stays quiet.
+tokens) is no change, and `final_url` when the homepage lands somewhere else, not when its redirect
+target carries a new session id or cache-buster (`_place`). A run skipped for an unavailable
+robots.txt observed nothing, so it is shown in its snapshot but neither compared nor compared
+against. Crawls and changes older than 90 days are pruned. A crawl that reached no firm (each one
+failed or had no readable robots.txt) is an outage on our side: it fails and stores nothing, so
+the last snapshot stays and the radar stays quiet.
 """
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
 import json
+import re
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 import robotstxt
 from selectolax.lexbor import LexborHTMLParser as HTMLParser
@@ -113,6 +116,14 @@ CONCURRENCY = 4
 KEEP_DAYS = 90
 TEXT_CAP = 300
 COMPARED = ("status", "final_url", "title", "description", "content_type", "robots", "skipped", "error")
+# Session ids, tokens, cache-busters and timestamps, new in every answer, that homepages put in the
+# URL they redirect a crawler (no cookies) to: a value with a run of 8 digits (a time, a date, a
+# random number), or of 16 or more URL characters mixing two of lower case, upper case and digits
+# (hex, base64, a UUID). Words and short numbers (lang=en, page=2) are not, nor is anything in the
+# path but a `;name=value` parameter (jsessionid), so a homepage that lands on another host, path or
+# page is still a move. The fetcher's final URL has no fragment to compare.
+DIGIT_RUN = re.compile(r"\d{8}")
+TOKEN = re.compile(r"[\w\-+/=.~%]{16,}", re.ASCII)
 PENDING_NOTE = "no snapshot yet; the daily crawl hasn't run"
 
 
@@ -234,6 +245,27 @@ def crawl_firm(fetcher: Fetcher, firm: dict) -> dict:
     return row
 
 
+def _generated(value: str) -> bool:
+    kinds = sum(bool(re.search(kind, value)) for kind in ("[a-z]", "[A-Z]", "[0-9]"))
+    return bool(DIGIT_RUN.search(value)) or (kinds >= 2 and TOKEN.fullmatch(value) is not None)
+
+
+def _meaningful(parameter: str) -> bool:
+    name, has_value, value = parameter.partition("=")
+    return not _generated(value if has_value else name)
+
+
+def _place(url: str | None) -> str | None:
+    """A final URL without the parameters that are noise: what the radar compares, never shows."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    path = "/".join(";".join([name, *filter(_meaningful, parameters)])
+                    for name, *parameters in (segment.split(";") for segment in parts.path.split("/")))
+    query = "&".join(filter(_meaningful, parts.query.split("&")))
+    return urlunsplit((parts.scheme, parts.netloc, path, query, ""))
+
+
 def _live(row) -> bool:
     return not row["skipped"] and not row["error"] and bool(row["body_hash"])
 
@@ -248,7 +280,8 @@ def _same_content(before, after) -> bool:
 def diff(before, after) -> tuple[str, list[dict]] | None:
     """(severity, field changes) between two rows of one firm, or None when nothing changed.
     A content change is shown as the two body hashes, the ones /around/json reports."""
-    changes = [{"field": f, "before": before[f], "after": after[f]} for f in COMPARED if before[f] != after[f]]
+    changes = [{"field": f, "before": before[f], "after": after[f]} for f in COMPARED
+               if (_place(before[f]) != _place(after[f]) if f == "final_url" else before[f] != after[f])]
     if _live(before) and _live(after) and not _same_content(before, after):
         changes.append({"field": "content", "before": before["body_hash"], "after": after["body_hash"]})
     if not changes:
@@ -358,7 +391,7 @@ def changes(conn: sqlite3.Connection, limit=50, now: dt.datetime | None = None) 
         rows = conn.execute("SELECT * FROM around_changes ORDER BY observed_at DESC, id DESC LIMIT ?", (limit,)).fetchall()
     except sqlite3.Error:
         raise ApiError(503, "The change history is temporarily unavailable; try again in a minute.",
-                       code="storage_unavailable", headers={"Retry-After": "60"}, ok=False, available=False, changes=[]) from None
+                       code="storage_unavailable", headers={"Retry-After": "60"}, available=False, changes=[]) from None
 
     def age(iso: str) -> int:
         return int(now_ms - dt.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
