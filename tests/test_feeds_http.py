@@ -10,6 +10,7 @@ import jobs
 from app import make_app
 from conftest import Client, build_site
 from servers import serve_wsgi
+from siteapi import db
 from siteapi.config import RatePolicy
 from siteapi.feeds.around import run_around
 from test_feeds_around import loopback_fetcher
@@ -37,7 +38,7 @@ def test_feeds_answer_in_their_own_shape_before_site_db_exists(tmp_path, checker
     with serve_wsgi(make_app(settings).wsgi) as base:
         client = Client(base, checker)  # validates every answer against /openapi.json
         answers = {path: client.get(path) for path in
-                   ("/coffee/availability.json", "/ledger.json", "/around/json", "/around/changes.json")}
+                   ("/coffee/availability.json", "/ledger.json", "/around/json", "/around/changes.json", "/rn/tracks")}
     coffee = answers["/coffee/availability.json"]
     assert coffee.status_code == 503 and coffee.json()["code"] == "calendar_unavailable"
     assert coffee.headers["Retry-After"] == "60" and coffee.json()["slots"] == [] and "bookingUrl" in coffee.json()
@@ -45,7 +46,22 @@ def test_feeds_answer_in_their_own_shape_before_site_db_exists(tmp_path, checker
     assert ledger.status_code == 502 and ledger.json()["code"] == "upstream_failed" and ledger.json()["ok"] is False
     changes = answers["/around/changes.json"]
     assert changes.status_code == 503 and changes.json()["changes"] == [] and changes.json()["available"] is False
+    assert changes.json()["ok"] is False
     assert answers["/around/json"].status_code == 503
+    tracks = answers["/rn/tracks"]
+    assert tracks.status_code == 500 and tracks.json()["code"] == "storage_not_configured" and tracks.json()["tracks"] == []
+
+
+def test_error_bodies_keep_their_route_fields(tmp_path, checker):
+    """The readers leave `tracks: []` and `ok: false` to their routes (API.md 2.1 and 4.8)."""
+    settings = make_settings(tmp_path, {"playlist_id": "abc"})  # no access log
+    db.writer(settings.db_path).close()  # storage, but nothing read yet
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        client = Client(base, checker)
+        tracks, ledger = client.get("/rn/tracks"), client.get("/ledger.json")
+    assert (tracks.status_code, tracks.json()["code"], tracks.json()["tracks"]) == (502, "upstream_failed", [])
+    assert (ledger.status_code, ledger.json()["code"], ledger.json()["ok"]) == (503, "not_configured", False)
+    assert ledger.json()["line_items"] == [] and ledger.json()["window_days"] == 30
 
 
 def test_coffee_answers_get_and_head_only(api):

@@ -35,9 +35,9 @@ def settings_for(tmp_path, server, **extra):
 
 
 def error_of(settings) -> ApiError:
+    """The reader's error; the route adds `tracks: []` (test_feeds_http checks it over HTTP)."""
     with pytest.raises(ApiError) as caught:
         now_playing(settings)
-    assert caught.value.body["tracks"] == []
     return caught.value
 
 

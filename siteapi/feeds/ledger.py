@@ -221,7 +221,7 @@ def run_ledger(settings) -> str:
 def _body(rate: float) -> dict:
     note = (f"Every identified AI-crawler page view of the last {WINDOW_DAYS} days, priced at ${rate:g} a page "
             "as commentary; nobody is billed.")
-    return {"ok": False, "window_days": WINDOW_DAYS, "rate_usd": rate, "note": note, "line_items": [],
+    return {"window_days": WINDOW_DAYS, "rate_usd": rate, "note": note, "line_items": [],
             "total_hits": 0, "total_usd": 0.0,
             "cost": {"available": False, "reason": "this deployment reports no hosting spend"}}
 
@@ -232,7 +232,8 @@ def options(settings) -> tuple[float, int]:
 
 
 def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -> dict:
-    """The Ledger body, or ApiError 503 `not_configured` / 502 `upstream_failed` carrying the Ledger body."""
+    """The Ledger body, or ApiError 503 `not_configured` / 502 `upstream_failed` carrying the Ledger body
+    without `ok`, which the route sets false on every error."""
     rate, stale_after = options(settings)
     body = _body(rate)
     if settings.access_log is None:
@@ -267,6 +268,5 @@ def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -
                       "top_paths": [{"path": p, "hits": h} for h, p in top]})
     items.sort(key=lambda i: (-i["hits"], i["bot"]))
     total = sum(i["hits"] for i in items)
-    body.update(ok=True, since=since, updated_at=state["read_at"], line_items=items,
-                total_hits=total, total_usd=round(total * rate, 2))
-    return body
+    return {"ok": True, **body, "since": since, "updated_at": state["read_at"], "line_items": items,
+            "total_hits": total, "total_usd": round(total * rate, 2)}

@@ -11,8 +11,8 @@ without an id or a name (Tracks requires both) is skipped and the rest of the pl
 no track at all is usable (then the API's shape has changed and the last copy stays); a field of the
 wrong type, an over-long text or a URL that is not http(s) becomes null. Every call has its time
 limit (`[feeds] spotify_timeout`), and the whole read one more (`spotify_run_seconds`).
-The reader serves the stored copy and the exact error cases of API.md §4.8; every error body
-keeps `tracks: []`.
+The reader serves the stored copy and the exact error cases of API.md §4.8 (the route keeps
+`tracks: []` in every error body, its 405 and 429 too).
 """
 from __future__ import annotations
 
@@ -350,17 +350,13 @@ def run_tracks(settings) -> str:
             + f", {len(images)} artists looked up, {kept} pictures younger than {days} days kept")
 
 
-def _error(status: int, sentence: str, code: str) -> ApiError:
-    return ApiError(status, sentence, code=code, tracks=[])
-
-
 def now_playing(settings) -> dict:
     """The Tracks body from the stored copy, or raise ApiError with the §4.8 status and code."""
     playlist_id = option(settings, "playlist_id", "").strip()
     if not playlist_id:
-        raise _error(503, "No playlist is set on this site, so there are no tracks to show.", "no_playlist")
+        raise ApiError(503, "No playlist is set on this site, so there are no tracks to show.", code="no_playlist")
     if not settings.db_path.exists():
-        raise _error(500, "Track storage is not set up on this deployment.", "storage_not_configured")
+        raise ApiError(500, "Track storage is not set up on this deployment.", code="storage_not_configured")
     try:
         conn = db.reader(settings.db_path)
         head = conn.execute("SELECT * FROM tracks_playlists WHERE playlist_id = ?", (playlist_id,)).fetchone()
@@ -368,9 +364,9 @@ def now_playing(settings) -> dict:
     except sqlite3.OperationalError as exc:
         if "no such table" not in str(exc):
             raise  # the app's 503 storage_unavailable (web.Site.serve)
-        raise _error(500, "Track storage is not set up on this deployment.", "storage_not_configured") from None
+        raise ApiError(500, "Track storage is not set up on this deployment.", code="storage_not_configured") from None
     if head is None:
-        raise _error(502, "The playlist could not be read from the music service yet.", "upstream_failed")
+        raise ApiError(502, "The playlist could not be read from the music service yet.", code="upstream_failed")
     tracks = [
         {
             "id": r["id"], "title": r["title"], "artists_text": r["artists_text"],
