@@ -144,6 +144,11 @@ def test_limit_clamps_to_fifty_and_a_non_number_means_twenty(crowd):
     assert crowd.get("/search.json?q=zeppelin&limit=" + "9" * 5000).json()["returned"] == 50  # past int()'s digits
     assert crowd.get("/search.json?q=zeppelin&limit=-" + "9" * 5000).json()["returned"] == 1
     assert crowd.get("/search.json?q=zeppelin&limit=0007").json()["returned"] == 7
+    assert crowd.get("/search.json?q=zeppelin&limit=" + "0" * 15000 + "7").json()["returned"] == 7
+    assert crowd.get("/search.json?q=zeppelin&limit=-" + "0" * 15000 + "7").json()["returned"] == 1
+    # 16 KB of zeros then a non-digit: a non-number, answered at once (the old pattern backtracked
+    # through every split of the zeros, 3 s of held GIL)
+    assert crowd.get("/search.json?q=zeppelin&limit=" + "0" * 16000 + "x").json()["returned"] == 20
     for not_a_number in ("1_0", "%EF%BC%95", "5.0", "0x10", "%2B-3"):  # underscores, full-width digits...
         assert crowd.get("/search.json?q=zeppelin&limit=" + not_a_number).json()["returned"] == 20, not_a_number
     assert crowd.get("/search.json?q=zeppelin").json()["returned"] == 20
