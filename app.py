@@ -86,7 +86,8 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         # Originals come from images_dir/full/, the ingest job's copies of the published ones
         # without private metadata, never from photos_dir. Normalised as static_file will, so that
         # /images/./full/ is no way around originals_public.
-        original = os.path.normpath(path.strip("/\\")).startswith("full/")
+        path = os.path.normpath(path.strip("/\\"))
+        original = path.startswith("full/")
         cache = photos.ORIGINAL_CACHE if original else None  # None: the route's THUMBNAIL_CACHE
         if original and not settings.originals_public:
             raise ApiError(404, "Originals are not published on this site.", code="not_found")

@@ -366,6 +366,8 @@ def test_the_app_serves_images_as_the_edge_does(env):
     etag = first.headers["ETag"]
     assert first.status_code == 200 and etag.startswith('"') and etag.endswith('"')
     assert first.headers["Cache-Control"] == photos.ORIGINAL_CACHE  # a camera's name, not a content hash
+    doubled = client.get(full.replace("/images/", "/images//"))  # the file served, and stat'ed, is the same one
+    assert doubled.status_code == 200 and doubled.headers["ETag"] == etag and doubled.content == first.content
     for sent in (etag, "W/" + etag, '"other", ' + etag, "*"):
         not_modified = client.get(full, headers={"If-None-Match": sent})
         assert not_modified.status_code == 304 and not_modified.headers["Cache-Control"] == photos.ORIGINAL_CACHE, sent
