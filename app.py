@@ -202,7 +202,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         if signer is None:
             return Reply({"keys": []}, content_type=botauth.DIRECTORY_TYPE)
         return Reply(signer.directory(), content_type=botauth.DIRECTORY_TYPE,
-                     headers=signer.directory_headers(bottle.request.url))
+                     headers=signer.directory_headers(settings.public_base_url + botauth.DIRECTORY_PATH))
 
     def skill_file(name):
         tool = mcp.tools.get(name)

@@ -18,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from http_message_signatures import HTTPMessageVerifier, MappingKeyResolver, algorithms
+from http_message_signatures import HTTPMessageVerifier, InvalidSignature, MappingKeyResolver, algorithms
 
 import lens_web
 from conftest import ROOT, make_settings
@@ -43,15 +43,27 @@ def directory(api):
     return r
 
 
-def test_the_directory_is_a_signed_jwks(directory, live):
+def test_the_directory_is_a_signed_jwks(directory, site_settings):
     assert directory.headers["Content-Type"] == botauth.DIRECTORY_TYPE
     (key,) = directory.json()["keys"]
     assert key["kty"] == "OKP" and key["crv"] == "Ed25519" and len(base64.urlsafe_b64decode(key["x"] + "=")) == 32
-    request = SimpleNamespace(method="GET", url=live + botauth.DIRECTORY_PATH, headers={})
-    answer = SimpleNamespace(status_code=200, headers=directory.headers, request=request)
-    result = verify(answer, directory.json(), botauth.DIRECTORY_TAG)
+    result = verify_directory(directory, site_settings.public_base_url)
     assert result.label == "binding0" and result.parameters["keyid"] == key["kid"]
     assert '"@authority";req' in directory.headers["Signature-Input"]
+
+
+def verify_directory(answer, origin: str):
+    request = SimpleNamespace(method="GET", url=origin + botauth.DIRECTORY_PATH, headers={})
+    return verify(SimpleNamespace(status_code=200, headers=answer.headers, request=request), answer.json(),
+                  botauth.DIRECTORY_TAG)
+
+
+def test_the_directory_is_signed_for_the_site_whatever_host_is_asked(api, site_settings):
+    """Signed for the request's Host, the directory would vouch for any name a client sends."""
+    asked = api.get(botauth.DIRECTORY_PATH, headers={"Host": "attacker.example"})
+    assert verify_directory(asked, site_settings.public_base_url).label == "binding0"
+    with pytest.raises(InvalidSignature):
+        verify_directory(asked, "https://attacker.example")
 
 
 def test_every_hop_is_signed_for_its_own_authority(site_settings, directory):
