@@ -81,9 +81,11 @@ def test_counts_crawlers_and_skips_what_it_should(tmp_path, log):
            caddy_line("/llms.txt", UA["chatgpt-user"]), caddy_line("/old", UA["claudebot"], ts=NOW - 40 * 86400),
            '{"level":"info","ts":1,"logger":"tls","msg":"certificate obtained"}\n',
            "{this is not json\n", '["a list"]\n', '{"logger":"http.log.access","status":"200"}\n',
+           caddy_line("/data/BUY-PILLS-at-spam.example/", UA["gptbot"], status=302),
+           caddy_line("/data", UA["claudebot"], status=308),
            caddy_line("/half", UA["gptbot"])[:50])
     summary = run_ledger(settings)
-    assert "read 13 log lines" in summary and "3 malformed lines skipped" in summary
+    assert "read 15 log lines" in summary and "3 malformed lines skipped" in summary
     assert hits(settings) == {"gptbot": 3, "claudebot": 1, "chatgpt-user": 1}  # 40-day-old hit outside the window
     body = ledger(db.connect(settings.db_path, readonly=True), settings)
     assert body["ok"] is True and body["window_days"] == 30 and body["rate_usd"] == 0.01

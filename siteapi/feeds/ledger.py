@@ -9,7 +9,7 @@ lost, nothing counted twice. Only complete lines are consumed, and counts and th
 are written in one transaction, so a failed run changes nothing, and a run that finds another
 one committed first while it read (a hand-started run beside the scheduler's) changes nothing. Responses below 400 whose
 User-Agent the crawler registry knows (our own AadharshBot excepted) are counted per UTC day,
-crawler and path. The reader prices the last 30 days at `[feeds] ledger_rate_usd` a page (one
+crawler and path, except Datasette's under /data/. The reader prices the last 30 days at `[feeds] ledger_rate_usd` a page (one
 cent unless set), as commentary.
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 from siteapi import db
 from siteapi.feeds import FeedError, option
 from siteapi.feeds.crawlers import BY_KEY, counts_in_ledger, match_user_agent
+from siteapi.stack import DATASETTE_SETTINGS
 from siteapi.web import ApiError
 
 SCHEMA = """
@@ -52,6 +53,7 @@ CREATE TABLE IF NOT EXISTS ledger_state (
 FINGERPRINT_BYTES = 1024
 KEEP_DAYS = 400
 PATH_CAP = 300
+DATASETTE_PATH = DATASETTE_SETTINGS["base_url"]
 WINDOW_DAYS = 30
 
 
@@ -135,6 +137,10 @@ def parse_line(line: bytes) -> tuple[str, str, str] | None | bool:
     if not counts_in_ledger(crawler) or not 100 <= status < 400:
         return None
     path = str(request.get("uri") or "/").split("?", 1)[0].split("#", 1)[0][:PATH_CAP] or "/"
+    if path == DATASETTE_PATH.rstrip("/") or path.startswith(DATASETTE_PATH):
+        # Not the site's own answers (REFERENCE counts the worker's), and Datasette redirects any
+        # path it is sent, which put whatever text a spoofed crawler wrote into the public ledger.
+        return None
     try:
         day = dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d")
     except (OverflowError, OSError, ValueError):
