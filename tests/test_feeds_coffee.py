@@ -351,6 +351,15 @@ def test_other_schemes_are_refused_without_showing_the_address(tmp_path, monkeyp
     assert "127.0.0.1" not in str(caught.value) and "passwd" not in str(caught.value)
 
 
+@pytest.mark.parametrize("url", ["https://a..b/secret-token/calendar.ics", "webcal://a..b/secret-token/calendar.ics",
+                                 "https://exa mple.com/secret-token/calendar.ics"])
+def test_an_address_that_cannot_be_parsed_is_a_sentence_without_the_address(tmp_path, monkeypatch, url):
+    monkeypatch.setenv("SITE_CALENDAR_ICS_URL", url)
+    with pytest.raises(FeedError) as caught:
+        run_calendar(settings_for(tmp_path), now=NOW)
+    assert "secret" not in str(caught.value) and "a..b" not in str(caught.value) and "mple" not in str(caught.value)
+
+
 def test_the_expansion_child_stops_itself_should_the_job_die(tmp_path):
     """The job kills its child at the time limit; a child whose job was killed first stops at a CPU
     limit of its own instead of running on for as long as the calendar makes it."""

@@ -31,6 +31,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import icalendar
 import recurring_ical_events
 import requests
+import urllib3
 
 from siteapi import db
 from siteapi.config import ROOT, SettingsError
@@ -304,6 +305,8 @@ def fetch_ics(url: str, timeout: float) -> bytes:
             status = resp.status_code
     except requests.RequestException as exc:
         raise FeedError(f"The calendar feed could not be reached: {exc.__class__.__name__}.") from None
+    except urllib3.exceptions.LocationValueError:  # requests passes some bad hosts on unwrapped, host in the text
+        raise FeedError("SITE_CALENDAR_ICS_URL is not a usable address: its host name cannot be parsed.") from None
     if status != 200:
         raise FeedError(f"The calendar feed answered HTTP {status}.")
     if truncated:
