@@ -398,15 +398,22 @@ def test_photo_archive_through_the_edge(stack, edge):
 
 
 @needs_caddy
-def test_access_log_is_json_lines(stack):
+def test_access_log_is_json_lines_without_query_strings(stack):
+    """The privacy page: questions, search terms and inspected URLs are not kept with an address."""
     requests.get(stack["edge"] + "/about", headers={"User-Agent": "GPTBot/1.2"}, timeout=30)
+    requests.get(stack["edge"] + "/search.json?q=my-private-search", timeout=30,
+                 headers={"User-Agent": "Privacy/1.0", "Referer": "https://aadhar.sh/ask?query=my-private-question"})
     log = stack["tmp"] / "access.log"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and "GPTBot" not in (log.read_text() if log.exists() else ""):
+    while time.monotonic() < deadline and "Privacy/1.0" not in (log.read_text() if log.exists() else ""):
         time.sleep(0.2)
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     bot = [e for e in entries if "GPTBot/1.2" in e["request"]["headers"].get("User-Agent", [""])[0]]
     assert bot and bot[-1]["request"]["uri"] == "/about" and bot[-1]["status"] == 200
+    (searched,) = [e for e in entries if e["request"]["headers"].get("User-Agent") == ["Privacy/1.0"]]
+    assert searched["request"]["uri"] == "/search.json?" and searched["status"] == 200
+    assert searched["request"]["headers"]["Referer"] == ["https://aadhar.sh/ask?"]
+    assert "my-private" not in log.read_text()
 
 
 @needs_caddy
