@@ -73,3 +73,28 @@ def test_the_caddyfile_defaults_are_what_the_units_and_site_toml_use(monkeypatch
 def unit_environment(unit: str) -> dict[str, str]:
     text = (ROOT / "deploy" / unit).read_text()
     return dict(line.split("=", 1) for line in re.findall(r"^Environment=(.*)$", text, re.M))
+
+
+def test_the_app_unit_is_bounded_in_memory():
+    text = (ROOT / "deploy" / "site-app.service").read_text()
+    assert re.search(r"^MemoryHigh=\d+[MG]$", text, re.M) and re.search(r"^MemoryMax=\d+[MG]$", text, re.M)
+
+
+def test_only_the_jobs_unit_reads_the_secrets():
+    """The Spotify secret and the calendar address unlock calls only the jobs make."""
+    readers = [unit.name for unit in sorted((ROOT / "deploy").glob("*.service"))
+               if "/etc/site-secrets.env" in unit.read_text()]
+    assert readers == ["site-jobs.service"]
+    shared = (ROOT / "deploy" / "site.env").read_text()
+    secrets = (ROOT / "deploy" / "site-secrets.env").read_text()
+    for name in ("SITE_SPOTIFY_CLIENT_ID", "SITE_SPOTIFY_CLIENT_SECRET", "SITE_CALENDAR_ICS_URL"):
+        assert name not in shared and f"# {name}=" in secrets, name
+
+
+def test_caddys_admin_api_is_a_private_socket_that_reload_uses():
+    text = (ROOT / "deploy" / "site-caddy.service").read_text()
+    admin = unit_environment("site-caddy.service")["CADDY_ADMIN"]
+    runtime = re.search(r"^RuntimeDirectory=(.+)$", text, re.M)[1]
+    assert admin == f"unix//run/{runtime}/admin.sock" and re.search(r"^RuntimeDirectoryMode=0700$", text, re.M)
+    reload = re.search(r"^ExecReload=(.*)$", text, re.M)[1].split()
+    assert reload[reload.index("--address") + 1] == admin

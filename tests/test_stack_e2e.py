@@ -504,6 +504,22 @@ def caddy_in_front(app_port: int, tmp, **extra_env: str):
         yield port
 
 
+@needs_caddy
+def test_the_production_admin_socket_serves_a_reload(tmp_path):
+    """deploy/site-caddy.service's CADDY_ADMIN and ExecReload, with /run/site-caddy moved to tmp_path."""
+    unit = (ROOT / "deploy" / "site-caddy.service").read_text()
+    admin = re.search(r"^Environment=CADDY_ADMIN=(.*)$", unit, re.M)[1].replace("/run/site-caddy", str(tmp_path))
+    reload = re.search(r"^ExecReload=(.*)$", unit, re.M)[1].replace("/run/site-caddy", str(tmp_path))
+    reload = reload.replace("/srv/site/Caddyfile", str(ROOT / "Caddyfile")).replace("/usr/bin/caddy", CADDY).split()
+    app = free_ports(1)[0]
+    with caddy_in_front(app, tmp_path, CADDY_ADMIN=admin) as port:
+        env = {**os.environ, "CADDY_ADMIN": admin, "SITE_ADDRESS": f":{port}", "CADDY_BIND": "127.0.0.1", "SITE_PORT": str(app),
+               "SITE_ACCESS_LOG": str(tmp_path / "access.log"), "SITE_IMAGES_DIR": str(tmp_path), "HOME": str(tmp_path)}
+        done = subprocess.run(reload, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert (tmp_path / "admin.sock").is_socket()  # the reloaded config keeps the admin API there
+
+
 @pytest.fixture(scope="module")
 def slow_edge(tmp_path_factory):
     streams = SlowStreams()
