@@ -22,7 +22,7 @@ from siteapi.feeds import around, coffee, ledger, tracks
 from siteapi.lens import census, cloudflare, observe, scan
 from siteapi.lens.fetch import Fetcher, fetcher_from_settings
 from siteapi.mcp import McpServer
-from siteapi.ratelimit import RateLimiter
+from siteapi.ratelimit import RateLimiter, lens_work_slots
 from siteapi.search import search_endpoint
 from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller,
                          etag_matches, header, params, wants_markdown, with_etag)
@@ -243,10 +243,11 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/around/changes.json", change_radar, cache="public, max-age=60, s-maxage=300", error_fields=NOT_OK)
     R("/coffee/availability.json", coffee_slots, options=False, cache="public, max-age=0, s-maxage=30")
     R("/ledger.json", crawl_ledger, error_fields=NOT_OK)
-    R("/lens/fetch", lens_fetch, policy="inspect", cache=NO_STORE, error_fields=NOT_OK)
-    R("/lens/compare.json", lens_compare, policy="compare", cache=NO_STORE, error_fields=NOT_OK)
+    lens_slots = lens_work_slots(settings)
+    R("/lens/fetch", lens_fetch, policy="inspect", cache=NO_STORE, error_fields=NOT_OK, slots=lens_slots)
+    R("/lens/compare.json", lens_compare, policy="compare", cache=NO_STORE, error_fields=NOT_OK, slots=lens_slots)
     R("/lens/census.json", lens_census, cache="public, max-age=300, s-maxage=900", error_fields=NOT_OK)
-    mcp = McpServer(site, settings, fetcher=fetcher)
+    mcp = McpServer(site, settings, fetcher=fetcher, slots=lens_slots)
     R("/mcp", mcp.handle, methods=("POST",), cache=NO_STORE)
     R("/mcp/server-card", mcp.draft_card_reply)
     R("/.well-known/agent-card.json",

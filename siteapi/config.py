@@ -243,7 +243,7 @@ def check_sections(settings: Settings) -> None:
     sentence instead of failing the first request or job that reads it (or being replaced unseen);
     a key no area asked for is a misspelling, which would otherwise leave its default in force."""
     # Imported here: each area imports this module for option() and SettingsError.
-    from siteapi import ranker
+    from siteapi import ranker, ratelimit
     from siteapi.feeds import around, coffee, ledger, tracks
     from siteapi.lens import census, cost, fetch, scan
 
@@ -261,6 +261,7 @@ def check_sections(settings: Settings) -> None:
     tracks.config(settings)
     around.roster(settings)
     ledger.options(settings)
+    ratelimit.lens_work_slots(settings)
     for name, table in watched.items():
         for key in table:
             if key not in table.asked:

@@ -17,14 +17,14 @@ import io
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
-from contextlib import closing
+from contextlib import closing, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlencode
 from wsgiref.util import setup_testing_defaults
 
 from siteapi import db, openapi
-from siteapi.ratelimit import RateLimiter
+from siteapi.ratelimit import RateLimiter, SlotsFull, WorkSlots
 from siteapi.web import ApiError
 
 CALL_TIMEOUT_S = 30
@@ -208,8 +208,9 @@ SNAPSHOT = {
 SNAPSHOT_ID = {"type": "integer", "minimum": 1, "description": "The id a representation_capture returned."}
 
 
-def snapshot_tools(settings, limiter: RateLimiter, fetcher) -> list[Tool]:
-    """The three MCP-only snapshot tools, fetching with the app's `fetcher`."""
+def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots) -> list[Tool]:
+    """The three MCP-only snapshot tools, fetching with the app's `fetcher` while holding one of the
+    lens's `slots`."""
     from siteapi.lens import vault  # here: vault imports the lens fetcher, which this module need not load
 
     def with_conn(policy: str | None, work: Callable) -> Callable[[dict, str], Outcome]:
@@ -221,10 +222,13 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher) -> list[Tool]:
             if not db.has_content(settings.db_path):  # a writer would build a new site.db that hides the outage
                 return Outcome(error="The snapshot storage cannot be reached right now; try again later.")
             try:
-                with closing(db.writer(settings.db_path)) as conn:
+                with slots.slot(caller) if policy else nullcontext(), \
+                        closing(db.writer(settings.db_path)) as conn:
                     return Outcome(result=work(conn, arguments, fetcher))
             except ApiError as exc:
                 return Outcome(error=exc.body["error"])
+            except SlotsFull as full:
+                return Outcome(error=str(full))
         return run
 
     stores = ("Stores one snapshot row per profile in the site's snapshot table (not read-only; "

@@ -10,17 +10,22 @@ under one lock, faster and smaller per caller than the `limits` library's memory
 per-key locks, key building and a timer thread that sweeps every key each 10 ms), as
 bench/bench_ratelimit.py measures. Several processes share counts through `limits` with a
 `redis://` storage URL; while that store does not answer, each process counts in memory again.
+
+Budgets count requests, not how long they last: `WorkSlots` caps how many slow ones (the lens's
+outside fetches) run at once in the process, and for one caller.
 """
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterator, Mapping
 
-from siteapi.config import RatePolicy
+from siteapi.config import RatePolicy, option
 
 
 @dataclass(frozen=True)
@@ -112,3 +117,48 @@ class RateLimiter:
         # the window rides in the key so that a sweep (MemoryWindows._prune) knows when a history is over
         allowed, remaining, reset = self._windows.hit((policy, caller, rule.window), rule.quota, rule.window)
         return Decision(allowed, rule, remaining, max(0, math.ceil(reset)))
+
+
+class SlotsFull(Exception):
+    """No slot: `mine` when the caller holds its share, otherwise the process is at its total."""
+
+    def __init__(self, mine: bool, slots: "WorkSlots"):
+        self.mine = mine
+        what = (f"you already have {slots.per_caller} lens requests running; wait for one to finish"
+                if mine else f"the lens is running its {slots.total} requests at once for other callers")
+        super().__init__(f"Busy: {what}, then retry in {slots.retry_after} seconds.")
+
+
+class WorkSlots:
+    """At most `total` pieces of slow work at once in this process and `per_caller` for one caller.
+    A lens request holds a waitress thread for up to its deadline (a scan 10 s, one MCP batch of 16
+    of them over two minutes); counted only by rate, eight slow scans took all eight threads and
+    /search.json waited with them. Refused at once rather than queued, so a refusal costs no thread."""
+
+    retry_after = 5  # seconds; a scan's deadline is 10
+
+    def __init__(self, total: int, per_caller: int):
+        self.total, self.per_caller = total, per_caller
+        self._lock = threading.Lock()
+        self._held: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def slot(self, caller: str) -> Iterator[None]:
+        with self._lock:
+            mine = self._held[caller] >= self.per_caller
+            if mine or sum(self._held.values()) >= self.total:
+                raise SlotsFull(mine, self)
+            self._held[caller] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held[caller] -= 1
+                if not self._held[caller]:
+                    del self._held[caller]
+
+
+def lens_work_slots(settings) -> WorkSlots:
+    """[lens] concurrent_scans (4: half of waitress's threads) and concurrent_scans_per_caller (2)."""
+    return WorkSlots(option(settings, "lens", "concurrent_scans", 4, 1, 64),
+                     option(settings, "lens", "concurrent_scans_per_caller", 2, 1, 64))

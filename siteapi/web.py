@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl
 import bottle
 
 from siteapi import db
-from siteapi.ratelimit import RateLimiter
+from siteapi.ratelimit import RateLimiter, SlotsFull, WorkSlots
 
 log = logging.getLogger("siteapi")
 
@@ -255,10 +255,12 @@ class Site:
     # -- declaring routes ------------------------------------------------------------------------
     def route(self, rule: str, handler: Callable, methods: Iterable[str] = ("GET",), policy: str = "read",
               cache: str = JSON_CACHE, options: bool = True, may_not_exist: bool = False,
-              error_fields: dict | None = None) -> None:
+              error_fields: dict | None = None, slots: WorkSlots | None = None) -> None:
         """`may_not_exist`: the rule is a template whose handler raises a 404 for a path that names
         nothing; it is then asked first for OPTIONS and unserved methods. `error_fields`: what every
-        error body of the route carries, its 405 and 429 included (`ok: false`, `tracks: []`)."""
+        error body of the route carries, its 405 and 429 included (`ok: false`, `tracks: []`).
+        `slots`: the handler runs holding one (a 429 when the caller holds its share, a 503 when
+        the process is at its total)."""
         allowed = list(dict.fromkeys(m.upper() for m in methods))
         if "GET" in allowed and "HEAD" not in allowed:
             allowed.insert(allowed.index("GET") + 1, "HEAD")
@@ -267,7 +269,7 @@ class Site:
         self.routes.append((rule, tuple(allowed)))
 
         def endpoint(**url_args):
-            return self.serve(handler, url_args, tuple(allowed), policy, cache, may_not_exist, error_fields or {})
+            return self.serve(handler, url_args, tuple(allowed), policy, cache, may_not_exist, error_fields or {}, slots)
 
         self.app.route(rule, method="ANY", callback=endpoint)
 
@@ -307,7 +309,7 @@ class Site:
         return self.app(environ, start)
 
     # -- serving ---------------------------------------------------------------------------------
-    def serve(self, handler, url_args, allowed, policy, cache, may_not_exist=False, error_fields=None):
+    def serve(self, handler, url_args, allowed, policy, cache, may_not_exist=False, error_fields=None, slots=None):
         request, response = bottle.request, bottle.response
         method = request.method.upper()
         version = header("API-Version", None)
@@ -332,7 +334,15 @@ class Site:
             request.environ[CONVENTION_HEADERS] += decision.headers()
             if not decision.allowed:
                 raise ApiError(429, decision.refusal(), code="rate_limited", retry_after=decision.retry_after)
-            result = handler(**url_args)
+            if slots is None:
+                result = handler(**url_args)
+            else:
+                try:
+                    with slots.slot(caller()):
+                        result = handler(**url_args)
+                except SlotsFull as full:
+                    raise ApiError(429 if full.mine else 503, str(full), code="busy",
+                                   headers={"Retry-After": str(slots.retry_after)}) from None
         except ApiError as exc:
             return self._error(exc, error_fields)
         except sqlite3.Error as exc:  # site.db missing, emptied, damaged or unreadable until the jobs rebuild it
