@@ -1,4 +1,5 @@
-"""site.db: connections, the shared schema, the job-run record, and the lock files beside it.
+"""site.db: connections, the shared schema, the job-run record, the lock files beside it, and the
+synced write and rename that put a file the jobs make (site.db itself, a thumbnail) in place.
 
 Writers (jobs, and the app's few small rows) open read-write connections in WAL mode; readers
 open `mode=ro`, one connection per thread. Every connection sets `busy_timeout`. Each area owns
@@ -119,12 +120,42 @@ def _create(path: Path) -> None:
                 os.replace(wal, f"{wal}-orphaned-{time.strftime('%Y%m%dT%H%M%S')}")
             for leftover in (wal, Path(f"{path}-shm")):
                 leftover.unlink(missing_ok=True)
-            os.replace(temp, path)
+            replace_synced(temp, path)  # temp is on the disk: SQLite syncs a file it checkpoints as it closes
         finally:
             for name in (temp, Path(f"{temp}-wal"), Path(f"{temp}-shm")):
                 name.unlink(missing_ok=True)
     finally:
         os.close(folder)
+
+
+def write_synced(path: Path, payload: bytes) -> None:
+    """A new file at `path` holding `payload`, flushed to the disk (fsync) before this returns, so
+    that once it is renamed into place (`replace_synced`) a power loss cannot leave that name on an
+    empty or partial file. A write that fails (a full disk) leaves no file at `path`."""
+    try:
+        with open(path, "wb") as out:
+            out.write(payload)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
+def replace_synced(source: Path, target: Path) -> None:
+    """Rename `source`, a file already on the disk (`write_synced`), onto `target` in one step, and
+    flush the folder (fsync) so that the new name survives a power loss too."""
+    os.replace(source, target)
+    sync_folder(target.parent)
+
+
+def sync_folder(folder: Path) -> None:
+    """Flush a folder's entries (fsync), so that a name just made in it survives a power loss."""
+    handle = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def _writable_sidecars(path: Path) -> None:
@@ -237,16 +268,29 @@ def writer(path: str | Path) -> sqlite3.Connection:
 
 def ensure_schema(conn: sqlite3.Connection) -> None:
     """Every area's SCHEMA; then the columns an area added later (its ADDED_COLUMNS, {table:
-    {column: declaration}}), so a site.db made before them gains them instead of failing inserts."""
+    {column: declaration}}) or dropped (its DROPPED_COLUMNS, {table: (column, ...)}), so a site.db
+    made before them gains or loses them instead of failing inserts."""
     conn.isolation_level = None  # autocommit; `transaction()` draws the boundaries
     for name in SCHEMA_MODULES:
         module = importlib.import_module(name)
         conn.executescript(module.SCHEMA)
-        for table, columns in getattr(module, "ADDED_COLUMNS", {}).items():
-            present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-            for column, declaration in columns.items():
-                if column not in present:
-                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+        if _column_changes(conn, module):
+            with transaction(conn):  # asked again under the write lock: another process may have just made them
+                for statement in _column_changes(conn, module):
+                    conn.execute(statement)
+
+
+def _column_changes(conn: sqlite3.Connection, module) -> list[str]:
+    """The ALTER TABLE statements that bring this site.db's tables to the area's columns."""
+    statements = []
+    for table, columns in getattr(module, "ADDED_COLUMNS", {}).items():
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        statements += [f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
+                       for column, declaration in columns.items() if column not in present]
+    for table, columns in getattr(module, "DROPPED_COLUMNS", {}).items():
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        statements += [f"ALTER TABLE {table} DROP COLUMN {column}" for column in columns if column in present]
+    return statements
 
 
 def now_iso(ago_s: float = 0) -> str:

@@ -7,10 +7,11 @@ deleted ones, skips and reports what it cannot read (a file name that is not UTF
 embeds captions with the /ask model (when it can be loaded) for matching by meaning, and writes
 everything in one short transaction; the public copies (`images_dir/full/<file name>`, only while
 originals_public is true) are staged before it and renamed into place after it, and any copy of a
-photo no longer published is removed. A removed photo's thumbnails go with it; a replaced photo's
-old ones stay SUPERSEDED_GRACE_S, for the cached replies that still name them. A folder with no
-JPEG left while the archive has photos (a drive not mounted) is refused rather than emptying the
-archive, unless it holds EMPTY_MARKER.
+photo no longer published is removed. Every file is on the disk before its name is
+(db.write_synced), so a power loss leaves no name on a short file. A removed photo's thumbnails go
+with it; a replaced photo's old ones stay SUPERSEDED_GRACE_S, for the cached replies that still
+name them. A folder with no JPEG left while the archive has photos (a drive not mounted) is
+refused rather than emptying the archive, unless it holds EMPTY_MARKER.
 """
 from __future__ import annotations
 
@@ -115,11 +116,11 @@ def make_thumbnails(data: bytes, stem: str, out_dir: Path) -> dict[str, str]:
         target = out_dir / name
         if not target.exists():
             temp = target.with_name(f".{name}.tmp")
+            db.write_synced(temp, payload)
             try:
-                temp.write_bytes(payload)
-                os.replace(temp, target)
+                db.replace_synced(temp, target)
             except BaseException:
-                temp.unlink(missing_ok=True)  # a write cut short (a full disk) leaves no part of a file
+                temp.unlink(missing_ok=True)
                 raise
         names[kind] = name
     return names
@@ -135,9 +136,9 @@ def _stage_copy(full_dir: Path, name: str, payload: bytes, mtime_ns: int) -> Pat
     stopped between its commit and its renames is seen to be stale and written again."""
     full_dir.mkdir(parents=True, exist_ok=True)
     temp = full_dir / f".{name}.tmp"
+    db.write_synced(temp, payload)
     try:
-        temp.write_bytes(payload)
-        os.utime(temp, ns=(mtime_ns, mtime_ns))
+        os.utime(temp, ns=(mtime_ns, mtime_ns))  # unsynced: lost, it only makes the next run write the copy again
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
@@ -346,8 +347,8 @@ def run_photos(settings) -> str:
                 conn.execute("DELETE FROM photo_vectors WHERE sha256 NOT IN "
                              "(SELECT sha256 FROM photos WHERE alt IS NOT NULL)")
                 if rows or gone or conn.total_changes != changes:
-                    conn.execute("INSERT INTO photos_state (id, generation) VALUES (1, 1) "
-                                 "ON CONFLICT (id) DO UPDATE SET generation = generation + 1")
+                    conn.execute("INSERT INTO photos_state (id, generation) VALUES (1, random()) "
+                                 "ON CONFLICT (id) DO UPDATE SET generation = excluded.generation")
         except BaseException:
             _delete_files(images_dir, written - _all_referenced(existing.values()))
             _delete_files(full_dir, {temp.name for temp in copies.values()})
@@ -363,7 +364,7 @@ def run_photos(settings) -> str:
         if images_dir.is_dir():
             _sweep_superseded(images_dir, referenced)
         for name, temp in copies.items():
-            os.replace(temp, full_dir / name)
+            db.replace_synced(temp, full_dir / name)
         published = {r[0] for r in conn.execute("SELECT file_name FROM photos")} if settings.originals_public else set()
         if full_dir.is_dir():
             _delete_files(full_dir, {p.name for p in full_dir.iterdir()

@@ -6,7 +6,7 @@ implies, year, recipe, file name) with the weights and match rules of REFERENCE.
 A term no field contains literally is then matched by meaning against the caption vectors the
 ingest job stores from the /ask model (ranker.py), so "seaside" finds the beach photos.
 Queries run on an in-memory index of the table (numpy masks, inverted token lists, the caption
-vectors as one matrix) that each process rebuilds when the ingest job bumps
+vectors as one matrix) that each process rebuilds when the ingest job draws a new
 `photos_state.generation`; only the page's rows are read from SQLite. `manifest` lists every
 published photo. The ingest job (ingest.py) fills the tables.
 """
@@ -54,7 +54,10 @@ CREATE TABLE IF NOT EXISTS photos (
     updated TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS photos_newest ON photos(taken DESC, stem);
--- Bumped by every ingest that changes `photos`, so readers know to rebuild their in-memory index.
+-- A new random number from every ingest that changes `photos`; each process rebuilds its in-memory
+-- index when it differs from the one the index was built at. Random, not counted: a site.db restored
+-- from a backup (same path, same inode) must not show the number of the file it replaced, as two
+-- files each made by one ingest would (1 and 1).
 CREATE TABLE IF NOT EXISTS photos_state (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     generation INTEGER NOT NULL
@@ -223,22 +226,30 @@ _indexes: dict[str, tuple[int, _Index]] = {}
 _index_lock = threading.Lock()
 
 
-def _index(conn: sqlite3.Connection) -> _Index:
-    """This database's index, rebuilt when the ingest job has bumped the generation."""
-    path = conn.execute("PRAGMA database_list").fetchone()[2]
+def _generation(conn: sqlite3.Connection) -> int:
     found = conn.execute("SELECT generation FROM photos_state WHERE id = 1").fetchone()
-    generation = found[0] if found else 0
+    return found[0] if found else 0
+
+
+def _index(conn: sqlite3.Connection) -> _Index:
+    """This database's index, rebuilt when its generation is not the one the index was built at."""
+    path = conn.execute("PRAGMA database_list").fetchone()[2]
     cached = _indexes.get(path)
-    if cached and cached[0] == generation:
+    if cached and cached[0] == _generation(conn):
         return cached[1]
     with _index_lock:
-        cached = _indexes.get(path)
-        if not cached or cached[0] != generation:
-            rows = conn.execute(
-                "SELECT stem, date, film, alt, camera, lens, expansion, year, recipe_text, recipe_text AS recipe, "
-                "vector FROM photos LEFT JOIN photo_vectors AS v ON v.sha256 = photos.sha256 AND v.model = ? "
-                f"{ORDER_SQL}", (ranker.MODEL_NAME,)).fetchall()
-            _indexes[path] = cached = (generation, _Index(rows))
+        conn.execute("BEGIN")  # the generation and the rows it stands for, from one snapshot
+        try:
+            generation = _generation(conn)
+            cached = _indexes.get(path)
+            if not cached or cached[0] != generation:
+                rows = conn.execute(
+                    "SELECT stem, date, film, alt, camera, lens, expansion, year, recipe_text, recipe_text AS recipe, "
+                    "vector FROM photos LEFT JOIN photo_vectors AS v ON v.sha256 = photos.sha256 AND v.model = ? "
+                    f"{ORDER_SQL}", (ranker.MODEL_NAME,)).fetchall()
+                _indexes[path] = cached = (generation, _Index(rows))
+        finally:
+            conn.execute("COMMIT")
     return cached[1]
 
 

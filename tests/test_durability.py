@@ -3,14 +3,15 @@
 Each job runs as its own process (`python jobs.py run NAME`) on a scratch site of its own. To kill
 one in the middle of its write, a small hook on the standard library pauses it at a chosen point (a
 sqlite3 trace callback at a statement inside its transaction, `os.replace` after its commit,
-`Path.write_bytes` halfway through a file) and says so in a file; the test then sends SIGKILL and
+`os.fsync` with half a file written) and says so in a file; the test then sends SIGKILL and
 looks at what is left: site.db, the image folders, job_runs, the app's answers, the next run.
-The other faults are real too: site.db deleted, emptied, replaced or made read-only under the
-running app, a WAL left beside a missing site.db, two job processes at once, a full disk (a small
-tmpfs; root only), a read held open while a job writes.
+The other faults are real too: site.db deleted, emptied, replaced, restored from a backup or made
+read-only under the running app, a WAL left beside a missing site.db, two job processes at once, a
+full disk (a small tmpfs; root only), a read held open while a job writes.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import json
@@ -36,7 +37,7 @@ from conftest import ROOT
 from feeds_servers import FirmServer, IcsServer, SpotifyServer, _toml_value
 from servers import accepts, running, serve_wsgi
 from test_stack_e2e import free_port
-from siteapi import db, demo_photos
+from siteapi import db, demo_photos, photos
 from siteapi.config import load_settings
 
 HANG_GUARD_S = 120  # only a child that never reaches its pause waits this long; nothing is timed
@@ -80,16 +81,16 @@ if os.environ.get("PAUSE_REPLACE"):  # before the first rename onto a name that 
         return replace(src, dst, *args, **kwargs)
     os.replace = paused_replace
 
-if os.environ.get("PAUSE_WRITE"):  # half of the bytes of a file whose path contains this
-    write_bytes = pathlib.Path.write_bytes
+if os.environ.get("PAUSE_WRITE"):  # a file whose path contains this, cut to half before it reaches the disk
+    fsync = os.fsync
 
-    def half_written(self, data):
-        if os.environ["PAUSE_WRITE"] in str(self):
-            with open(self, "wb") as f:
-                f.write(data[: len(data) // 2])
+    def half_written(fd):
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if os.environ["PAUSE_WRITE"] in path and os.path.isfile(path):
+            os.ftruncate(fd, os.fstat(fd).st_size // 2)
             pause()
-        return write_bytes(self, data)
-    pathlib.Path.write_bytes = half_written
+        return fsync(fd)
+    os.fsync = half_written
 
 import jobs  # noqa: E402
 exec(os.environ.get("SEAM", ""))  # the seams the design lets tests replace (a loopback fetcher)
@@ -433,7 +434,7 @@ def feed_site(tmp_path, request, monkeypatch):
 
         def change():
             with sqlite3.connect(site.db) as conn:
-                conn.execute("INSERT INTO lens_discovery_cache VALUES ('https://old.example', 1.0, 'then', '{}')")
+                conn.execute("INSERT INTO lens_discovery_cache VALUES ('https://old.example', 1.0, '{}')")
                 conn.execute("INSERT INTO lens_mode_cache VALUES ('https://old.example/', 1.0, '{}')")
         case = (("lens_discovery_cache", "lens_mode_cache"), None, {"PAUSE_SQL": "DELETE FROM lens_mode_cache"})
     yield (name, site, first or (lambda: build(site, name)), change, *case)
@@ -651,6 +652,38 @@ def test_a_reader_keeps_the_last_good_file_until_the_path_holds_another_database
     thread.start()
     thread.join()
     assert result == {"before": 5, "garbage": 5, "deleted": 5, "rebuilt": 4}
+
+
+def copy_database(source: Path, target: Path) -> None:
+    """SQLite's online backup from `source` into `target`: what `sqlite3 TARGET ".restore SOURCE"` does
+    (the file keeps its inode; the pages go through SQLite, so open readers see the new rows)."""
+    with contextlib.closing(sqlite3.connect(source)) as src, contextlib.closing(sqlite3.connect(target)) as dst:
+        src.backup(dst)
+
+
+def test_a_backup_restored_under_the_running_app_is_what_the_photo_query_serves(tmp_path):
+    """The app keeps an in-memory index of the photos per process. The backup and the site.db it
+    replaces were each made by the first ingest of their file, so a counted ingest generation
+    (1 in both) could not tell them apart, and the old index was served until the next ingest."""
+    site = make_site(tmp_path, photos=3)
+    build(site, "photos")
+    backup = tmp_path / "backup.db"
+    copy_database(site.db, backup)
+    # the owner moves site.db aside, one original goes, and the jobs build a new site.db
+    for name in (site.db, Path(f"{site.db}-wal"), Path(f"{site.db}-shm")):
+        name.unlink(missing_ok=True)
+    gone = sorted((site.root / "originals").glob("*.jpg"))[0]
+    gone.unlink()
+    build(site, "photos")
+    with serve_wsgi(make_app(site.settings).wsgi) as base:
+        assert requests.get(f"{base}/photos/query.json", timeout=30).json()["total"] == 2
+        copy_database(backup, site.db)
+        # new parameters: answers the app has not cached, so they come from the index
+        after = requests.get(f"{base}/photos/query.json", params={"limit": 50}, timeout=30).json()
+        assert [photo["stem"] for photo in after["photos"]] == [stem for (stem,) in site.query(
+            f"SELECT stem FROM photos {photos.ORDER_SQL}")] and after["total"] == 3
+        found = requests.get(f"{base}/photos/query.json", params={"q": gone.stem}, timeout=30).json()
+        assert [photo["stem"] for photo in found["photos"]] == [gone.stem]
 
 
 def test_a_read_only_site_db_fails_the_jobs_and_they_recover_once_it_is_writable():

@@ -213,7 +213,7 @@ def test_the_hourly_job_forgets_lookups_past_their_window(sites, dns_server, set
               bot_views=False, conn=conn)
     seven_hours_ago = time.time() - 7 * 3600
     with db.transaction(conn):
-        conn.execute("INSERT INTO lens_discovery_cache VALUES ('https://old.example', ?, '', '{}')", (seven_hours_ago,))
+        conn.execute("INSERT INTO lens_discovery_cache VALUES ('https://old.example', ?, '{}')", (seven_hours_ago,))
         conn.execute("INSERT INTO lens_mode_cache VALUES ('https://old.example/?token=1', ?, '{}')", (seven_hours_ago,))
         conn.execute("INSERT INTO lens_mode_cache VALUES ('https://new.example/', ?, '{}')", (time.time(),))
     ok, summary = jobs.run_job(settings, "lens-caches")

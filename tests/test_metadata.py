@@ -81,8 +81,7 @@ def datasette(site_settings, tmp_path_factory):
             contextlib.closing(db.writer(path)) as conn:
         source.backup(conn)
         with db.transaction(conn):
-            conn.execute("INSERT INTO lens_discovery_cache VALUES ('http://internal-staging.customer.test', 0, "
-                         "'2026-01-01T00:00:00Z', '{}')")
+            conn.execute("INSERT INTO lens_discovery_cache VALUES ('http://internal-staging.customer.test', 0, '{}')")
             conn.execute("INSERT INTO lens_mode_cache VALUES ('https://shop.test/launch?token=abc123', 0, '{}')")
             conn.execute("INSERT INTO ledger_state VALUES (1, '/srv/site/var/access.log', 0, '', 0, "
                          "'2026-01-01T00:00:00Z', 0, 0, 0)")

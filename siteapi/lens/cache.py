@@ -16,7 +16,6 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS lens_discovery_cache (
     origin TEXT PRIMARY KEY,
     fetched_at REAL NOT NULL,
-    observed_at TEXT NOT NULL,
     payload TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS lens_mode_cache (
@@ -25,6 +24,8 @@ CREATE TABLE IF NOT EXISTS lens_mode_cache (
     payload TEXT NOT NULL
 );
 """
+# observed_at repeated fetched_at as text, and nothing read it; site.dbs made before 2026-11-21 have it.
+DROPPED_COLUMNS = {"lens_discovery_cache": ("observed_at",)}
 DISCOVERY, LEVELS = "lens_discovery_cache", "lens_mode_cache"
 _KEYS = {DISCOVERY: "origin", LEVELS: "url"}
 
@@ -45,8 +46,6 @@ def write(conn: sqlite3.Connection | None, table: str, key: str, payload: dict) 
     if conn is None:
         return
     row = {_KEYS[table]: key, "fetched_at": time.time(), "payload": json.dumps(payload)}
-    if table == DISCOVERY:
-        row["observed_at"] = db.now_iso()  # NOT NULL in every site.db made so far, though nothing reads it
     try:
         conn.isolation_level = None  # the app's connection: `transaction` draws the boundaries
         with db.transaction(conn):

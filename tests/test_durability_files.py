@@ -1,0 +1,87 @@
+"""Files the jobs put in place reach the disk before their names do.
+
+A power loss cannot be staged here; what it needs can be seen: every rename into place (a
+thumbnail, a public copy, a new site.db) comes after the file's own fsync and before its folder's,
+the renamed file is whole, and a write the kernel cuts short leaves no file behind. The calls are
+recorded by wrapping `os.fsync` and `os.replace` of the standard library, as test_durability.py's
+hook does.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, make_settings
+from siteapi import db, demo_photos, ingest
+
+
+def record_syncs_and_renames(monkeypatch) -> list[tuple]:
+    """("fsync", path) and ("replace", source, target), in the order they happen."""
+    calls = []
+    fsync, replace = os.fsync, os.replace
+
+    def traced_fsync(fd):
+        fsync(fd)
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+
+    def traced_replace(source, target, *args, **kwargs):
+        replace(source, target, *args, **kwargs)
+        calls.append(("replace", str(source), str(target)))
+    monkeypatch.setattr(os, "fsync", traced_fsync)
+    monkeypatch.setattr(os, "replace", traced_replace)
+    return calls
+
+
+def test_every_file_the_photo_job_puts_in_place_is_synced_before_its_name(tmp_path, monkeypatch):
+    settings = make_settings(tmp_path)
+    demo_photos.generate(settings.photos_dir, count=3)
+    calls = record_syncs_and_renames(monkeypatch)
+    assert ingest.run_photos(settings) == "added 3, updated 0, removed 0, failed 0"
+    renames = [(i, source, target) for i, (kind, *names) in enumerate(calls) if kind == "replace"
+               for source, target in [names]]
+    placed = {Path(target) for _, _, target in renames}
+    images = settings.images_dir
+    assert placed == {settings.db_path, *(p for p in images.iterdir() if p.is_file()),
+                      *(images / ingest.FULL_DIR).iterdir()}
+    assert len(placed) == 1 + 3 * 4 + 3
+    for i, source, target in renames:
+        if Path(target) != settings.db_path:  # site.db's new file is synced by SQLite as it closes it
+            assert ("fsync", source) in calls[:i], f"{target} renamed before its bytes were synced"
+        assert ("fsync", str(Path(target).parent)) in calls[i + 1:], f"{target}: its folder was not synced"
+    assert not [p for p in images.rglob(".*.tmp")]
+
+
+def test_a_synced_file_replaces_the_old_one_whole(tmp_path):
+    target, temp = tmp_path / "photo.jpg", tmp_path / ".photo.jpg.tmp"
+    target.write_bytes(b"old")
+    payload = os.urandom(300_000)
+    with target.open("rb") as reading:
+        db.write_synced(temp, payload)
+        db.replace_synced(temp, target)
+        assert reading.read() == b"old"  # a reader that had the old file keeps it whole
+    assert target.read_bytes() == payload
+    assert [p.name for p in tmp_path.iterdir()] == ["photo.jpg"]
+
+
+def test_a_write_the_kernel_cuts_short_leaves_no_file(tmp_path):
+    """The file size limit (RLIMIT_FSIZE) stops the write partway with EFBIG, as a full disk does
+    with ENOSPC (that one is in test_durability.py, on a real full tmpfs, as root)."""
+    script = f"""
+import resource, signal, sys
+from pathlib import Path
+sys.path.insert(0, {str(ROOT)!r})
+from siteapi import db
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    db.write_synced(Path(sys.argv[1]), b"x" * 100_000)
+except OSError as exc:
+    print(exc.errno)
+"""
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / ".thumb.jpg.tmp")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == str(errno.EFBIG), result.stdout + result.stderr
+    assert list(tmp_path.iterdir()) == []

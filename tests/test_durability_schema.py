@@ -1,0 +1,112 @@
+"""A site.db made by an earlier version is brought to the current tables by the next writer that
+opens it (db.ensure_schema): a dropped column goes, the rows stay, twice changes nothing, two
+processes at once change it once, and readers (the app, Datasette) never wait for it."""
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+
+import jobs
+from conftest import make_settings
+from siteapi import db
+from siteapi.lens import cache
+
+# lens_discovery_cache as every site.db made before 2026-11-21 has it
+OLD_DISCOVERY_CACHE = """
+CREATE TABLE lens_discovery_cache (
+    origin TEXT PRIMARY KEY,
+    fetched_at REAL NOT NULL,
+    observed_at TEXT NOT NULL,
+    payload TEXT NOT NULL
+);
+"""
+ROWS = 2000
+
+
+def old_site_db(path) -> list[tuple]:
+    """A site.db as the version before made it: every table, lens_discovery_cache with the old
+    columns and ROWS rows (about an hour of /lens/fetch at the inspect limit); returns the rows as
+    (origin, fetched_at, payload)."""
+    db.writer(path).close()
+    now = time.time()
+    rows = [(f"https://site{i}.example", now - i, f'{{"probes": {{"n": {i}}}}}') for i in range(ROWS)]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.executescript(f"DROP TABLE lens_discovery_cache; {OLD_DISCOVERY_CACHE}")
+        with conn:
+            conn.executemany("INSERT INTO lens_discovery_cache VALUES (?, ?, '2026-11-20T08:00:00Z', ?)", rows)
+    return rows
+
+
+def columns(conn: sqlite3.Connection) -> list[str]:
+    return [row[1] for row in conn.execute("PRAGMA table_info(lens_discovery_cache)")]
+
+
+def test_the_unread_column_goes_the_rows_stay_and_a_second_pass_changes_nothing(tmp_path):
+    path = tmp_path / "site.db"
+    rows = old_site_db(path)
+    conn = db.writer(path)
+    try:
+        assert columns(conn) == ["origin", "fetched_at", "payload"]
+        kept = conn.execute("SELECT * FROM lens_discovery_cache ORDER BY fetched_at DESC").fetchall()
+        assert [tuple(row) for row in kept] == rows
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert cache.read(conn, cache.DISCOVERY, "https://site7.example", 6) == {"probes": {"n": 7}}
+        cache.write(conn, cache.DISCOVERY, "https://new.example", {"probes": {}})  # the app's write, three columns
+        assert cache.read(conn, cache.DISCOVERY, "https://new.example", 6) == {"probes": {}}
+        version = conn.execute("PRAGMA schema_version").fetchone()[0]
+        db.ensure_schema(conn)
+        assert conn.execute("PRAGMA schema_version").fetchone()[0] == version  # no statement ran
+    finally:
+        conn.close()
+
+
+def test_two_processes_opening_an_old_site_db_at_once_both_start(tmp_path):
+    """Both find the column there; the first to get the write lock drops it, and the second, asking
+    again under the lock, finds nothing to do instead of failing on a column that is gone."""
+    path = tmp_path / "site.db"
+    old_site_db(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # both writers look at the columns, then wait for the lock
+    outcomes = []
+
+    def open_writer():
+        try:
+            db.writer(path).close()
+            outcomes.append("ok")
+        except sqlite3.Error as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=open_writer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1)
+    holder.execute("COMMIT")
+    holder.close()
+    for thread in threads:
+        thread.join()
+    assert outcomes == ["ok", "ok"]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert columns(conn) == ["origin", "fetched_at", "payload"]
+
+
+def test_a_read_held_open_does_not_hold_the_migration_up(tmp_path):
+    """Datasette's queries and the app's requests are read transactions; the job that migrates runs
+    beside one, and the read keeps the snapshot it began with."""
+    settings = make_settings(tmp_path)
+    rows = old_site_db(settings.db_path)
+    long_read = sqlite3.connect(f"file:{settings.db_path}?mode=ro", uri=True, isolation_level=None)
+    long_read.execute("BEGIN")
+    assert len(long_read.execute("SELECT * FROM lens_discovery_cache").fetchall()) == ROWS
+    started = time.monotonic()
+    ok, summary = jobs.run_job(settings, "lens-caches")  # the hourly purge: its writer migrates first
+    took = time.monotonic() - started
+    assert ok, summary
+    assert took < db.BUSY_TIMEOUT_MS / 1000  # it did not wait out the busy timeout on the reader
+    assert columns(long_read) == ["origin", "fetched_at", "observed_at", "payload"]  # its snapshot
+    long_read.execute("COMMIT")
+    assert columns(long_read) == ["origin", "fetched_at", "payload"]
+    assert long_read.execute("SELECT origin, fetched_at, payload FROM lens_discovery_cache "
+                             "ORDER BY fetched_at DESC").fetchall() == rows  # all inside the purge's window
+    long_read.close()
