@@ -123,6 +123,15 @@ def test_private_tables_are_unreadable_through_datasette(datasette):
     assert leak.status_code == 400 and "prohibited" in leak.json()["error"]
 
 
+@pytest.mark.parametrize("query", ["select name, pgsize from dbstat", "select sum(payload) from dbstat",
+                                   "select fts3_tokenizer('simple')", "select FTS3_TOKENIZER('zz', x'4141414141414141')"])
+def test_table_sizes_and_tokenizer_pointers_are_refused(datasette, query):
+    refused = sql(datasette, query)
+    assert refused.status_code == 400, refused.text
+    assert "prohibited" in refused.json()["error"] or "not authorized" in refused.json()["error"], refused.text
+    assert sql(datasette, "select count(*) as n from pages").json()[0]["n"] >= 1  # other reads still work
+
+
 def test_one_query_cannot_make_datasette_hold_more_than_its_caps(datasette, limits):
     """Each amplifier fails with a sentence instead of growing the process: one value past the
     length cap, a result wider than the column cap, rows that add up past the result cap."""
