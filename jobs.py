@@ -37,6 +37,7 @@ from siteapi.feeds.tracks import run_tracks
 from siteapi.ingest import run_photos
 from siteapi.lens.census import run_census
 from siteapi.lens.cache import run_cache_purge
+from siteapi.lens.vault import run_snapshot_purge
 
 log = logging.getLogger("jobs")
 
@@ -61,6 +62,8 @@ JOBS: dict[str, Job] = {
     "ledger": Job(run_ledger, {"trigger": "interval", "minutes": 10}, "count AI-crawler visits in Caddy's access log"),
     "lens-caches": Job(run_cache_purge, {"trigger": "interval", "hours": 1},
                        "forget the lens's cached lookups (origins, URLs) past their window"),
+    "snapshots": Job(run_snapshot_purge, {"trigger": "cron", "hour": 3, "minute": 47, "timezone": "UTC"},
+                     "forget representation snapshots older than 30 days"),
 }
 
 

@@ -232,7 +232,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots) ->
         return run
 
     stores = ("Stores one snapshot row per profile in the site's snapshot table (not read-only; "
-              "each call adds rows).")
+              f"each call adds rows; rows are kept {vault.KEEP_DAYS} days, at most the newest {vault.KEEP_ROWS:,}).")
     return [
         Tool("representation_capture", "Representation Capture",
              "Fetch a public URL as up to four client profiles (browser, bot, markdown, identity; default "

@@ -1,11 +1,15 @@
 """Representation snapshots: capture as several profiles, read back, compare after a change,
-and refuse bad input, against the loopback web and a real SQLite file."""
+refuse bad input, cap what a row stores and forget old rows, against the loopback web and a real
+SQLite file."""
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 import lens_web
 from siteapi import db
+from siteapi.config import load_settings
 from siteapi.lens import vault
 from siteapi.web import ApiError
 
@@ -91,3 +95,47 @@ def test_bad_input(web, conn):
     assert conn.execute("SELECT count(*) FROM representation_snapshots").fetchone()[0] == 0
     assert vault.parse_profiles("bot, markdown,bot") == ["bot", "markdown"]
     assert len(vault.parse_profiles(["browser", "bot", "markdown", "identity"])) == 4
+
+
+def test_stored_columns_are_capped(web, conn):
+    """A response with 8 KB header values and a 5,000-character title stores a row of a few KB."""
+    out = vault.capture(conn, web.url("/fat-headers"), profiles=["bot"], fetcher=lens_web.loopback_fetcher(web))
+    row = vault.read(conn, out["snapshots"][0]["id"])["snapshot"]
+    assert sum(len(str(value)) for value in row.values()) < 4 * 1024
+    for column in ("content_type", "cache_control", "vary", "etag", "server"):
+        assert len(row[column]) == vault.HEADER_CHARS, column
+    assert row["title"] == "T" * vault.TITLE_CHARS and row["word_count"] == 1
+    assert out["snapshots"][0] == row
+
+
+def test_a_url_too_long_to_store_whole_is_refused(web, conn):
+    """Normalising writes each non-ASCII letter as up to 12 characters: the stored URL stays whole,
+    since compare refetches it, so a longer one is refused before any fetch."""
+    seen = len(web.seen)
+    with pytest.raises(ApiError) as refused:
+        vault.capture(conn, web.url("/" + "\u00e9" * 400), fetcher=lens_web.loopback_fetcher(web))
+    assert refused.value.status == 400 and refused.value.body["parameter"] == "url"
+    assert "2048" in refused.value.body["error"] and len(web.seen) == seen
+    assert conn.execute("SELECT count(*) FROM representation_snapshots").fetchone()[0] == 0
+
+
+def test_the_table_keeps_the_newest_rows_only(web, conn):
+    with db.transaction(conn):
+        conn.executemany("INSERT INTO representation_snapshots (url, profile, observed_at) VALUES (?, 'bot', ?)",
+                         [(f"https://old.example/{n}", db.now_iso()) for n in range(vault.KEEP_ROWS)])
+    out = vault.capture(conn, web.url("/rich"), profiles=["bot", "identity"], fetcher=lens_web.loopback_fetcher(web))
+    count, oldest = conn.execute("SELECT count(*), min(id) FROM representation_snapshots").fetchone()
+    assert count == vault.KEEP_ROWS and oldest == 3
+    assert [vault.read(conn, s["id"])["snapshot"]["url"] for s in out["snapshots"]] == [web.url("/rich")] * 2
+
+
+def test_the_daily_job_forgets_snapshots_past_their_window(tmp_path):
+    settings = dataclasses.replace(load_settings(), db_path=tmp_path / "site.db")
+    conn = db.writer(settings.db_path)
+    old, recent = db.now_iso(ago_s=(vault.KEEP_DAYS + 1) * 86400), db.now_iso(ago_s=(vault.KEEP_DAYS - 1) * 86400)
+    with db.transaction(conn):
+        conn.executemany("INSERT INTO representation_snapshots (url, profile, observed_at) VALUES (?, 'bot', ?)",
+                         [("https://a.example/", old), ("https://b.example/", old), ("https://c.example/", recent)])
+    assert vault.run_snapshot_purge(settings) == f"2 snapshots older than {vault.KEEP_DAYS} days deleted"
+    assert [r[0] for r in conn.execute("SELECT url FROM representation_snapshots")] == ["https://c.example/"]
+    conn.close()

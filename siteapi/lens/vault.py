@@ -5,6 +5,11 @@ A profile is a set of request headers: `browser` (a desktop browser's Accept hea
 (the lens's own crawler headers), `markdown` (`Accept: text/markdown`) and `identity` (no
 compression). Fetches go through the caller's safe fetcher (the app's: its signer and [lens]
 limits), concurrently, outside any transaction; the rows are written in one short transaction.
+
+Anyone may add rows, so a row is small and the table bounded: header values are cut at
+HEADER_CHARS, titles at TITLE_CHARS, a URL is refused when it is longer than MAX_URL_CHARS once
+normalised (compare refetches it, so it is kept whole), only the newest KEEP_ROWS rows are kept,
+and the daily `run_snapshot_purge` deletes rows older than KEEP_DAYS.
 """
 from __future__ import annotations
 
@@ -15,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from .. import db
 from ..web import ApiError
 from . import page
-from .fetch import ACCEPT_ENCODING, ACCEPT_HTML, CHROME_UA, FetchFailed, Fetcher, FetchRefused, FetchResult
+from .fetch import (ACCEPT_ENCODING, ACCEPT_HTML, CHROME_UA, MAX_URL_CHARS, FetchFailed, Fetcher, FetchRefused,
+                    FetchResult)
 from .observe import checked
 
 SCHEMA = """
@@ -59,6 +65,10 @@ HEADER_COLUMNS = {"content_type": "content-type", "content_encoding": "content-e
                   "etag": "etag", "last_modified": "last-modified", "server": "server", "age": "age"}
 COMPARED = ("final_url", "status", *HEADER_COLUMNS, "body_bytes", "body_hash", "truncated", "title", "word_count",
             "error")
+HEADER_CHARS = 256
+TITLE_CHARS = 300
+KEEP_ROWS = 10_000
+KEEP_DAYS = 30
 
 
 def parse_profiles(profiles) -> list[str]:
@@ -83,6 +93,9 @@ def capture(conn: sqlite3.Connection, url: str, profiles=None, *, fetcher: Fetch
     """Fetch `url` as each profile and store one row per profile. Returns {ok, url, snapshots}."""
     names = parse_profiles(profiles)
     target = checked(url, fetcher)
+    if len(target.url) > MAX_URL_CHARS:
+        raise ApiError(400, f"The URL is longer than {MAX_URL_CHARS} characters once percent-encoded; send a shorter one.",
+                       code="url_refused", parameter="url")
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         rows = list(pool.map(lambda name: _observe(fetcher, target.url, name), names))
     ids = _store(conn, rows)
@@ -120,26 +133,45 @@ def _observe(fetcher: Fetcher, url: str, profile: str) -> dict:
 
 
 def _describe(result: FetchResult) -> dict:
-    fields = {column: result.headers.get(header) for column, header in HEADER_COLUMNS.items()}
+    fields = {column: _cut(result.headers.get(header), HEADER_CHARS) for column, header in HEADER_COLUMNS.items()}
     title, words = None, None
     if result.body_unreadable is None:
         analysed = page.analyse(result.body, result.content_type, result.headers, result.final_url)
-        title = analysed.structured.get("title") if analysed.html else None
+        title = _cut(analysed.structured.get("title"), TITLE_CHARS) if analysed.html else None
         words = analysed.anatomy["wordCount"]
-    return {**fields, "final_url": result.final_url, "status": result.status, "body_bytes": len(result.body),
-            "body_hash": "sha256:" + hashlib.sha256(result.body).hexdigest(), "truncated": int(result.truncated),
-            "title": title, "word_count": words,
+    return {**fields, "final_url": result.final_url[:MAX_URL_CHARS], "status": result.status,
+            "body_bytes": len(result.body), "body_hash": "sha256:" + hashlib.sha256(result.body).hexdigest(),
+            "truncated": int(result.truncated), "title": title, "word_count": words,
             "error": "undecodable content encoding" if result.body_unreadable else None}
 
 
+def _cut(value: str | None, chars: int) -> str | None:
+    return None if value is None else value[:chars]
+
+
 def _store(conn: sqlite3.Connection, rows: list[dict]) -> list[int]:
+    """Insert the rows and drop the oldest past the newest KEEP_ROWS, in one transaction."""
     columns = list(rows[0])
     sql = f"INSERT INTO representation_snapshots ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
     ids = []
     with db.transaction(conn):
         for row in rows:
             ids.append(conn.execute(sql, [row[c] for c in columns]).lastrowid)
+        conn.execute("DELETE FROM representation_snapshots WHERE id < (SELECT id FROM representation_snapshots "
+                     "ORDER BY id DESC LIMIT 1 OFFSET ?)", (KEEP_ROWS - 1,))
     return ids
+
+
+def run_snapshot_purge(settings) -> str:
+    """Job (daily): delete the snapshots older than KEEP_DAYS."""
+    conn = db.writer(settings.db_path)
+    try:
+        with db.transaction(conn):
+            deleted = conn.execute("DELETE FROM representation_snapshots WHERE observed_at < ?",
+                                   (db.now_iso(ago_s=KEEP_DAYS * 86400),)).rowcount
+    finally:
+        conn.close()
+    return f"{deleted} snapshots older than {KEEP_DAYS} days deleted"
 
 
 def _row(conn: sqlite3.Connection, snapshot_id) -> dict:
