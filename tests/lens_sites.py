@@ -11,8 +11,10 @@ llms.txt and the API catalog behind a UTF-8 BOM), tdmtypes.test (TDMRep fields o
 to every request, no Vary), novary.test (negotiates Markdown with only Vary: Accept-Encoding),
 sitemaps.test (robots.txt declares a sitemap other than a valid /sitemap.xml), puzzle.test (an
 ordinary page that loads /static/challenge.js), applebot.test (Applebot named in a group with `*`),
-moved.test (robots.txt blocks /shop/; / redirects to landing.test/shop/, /stay to its own /shop/)
-and landing.test (allows everything). `latency` adds a delay to every answer.
+moved.test (robots.txt blocks /shop/; / redirects to landing.test/shop/, /stay to its own /shop/),
+landing.test (allows everything), fatdocs.test (well-known JSON documents near their size caps, in
+non-ASCII text) and fatrobots.test (a robots.txt near its 512 KiB cap). `latency` adds a delay to
+every answer.
 A small UDP DNS server (dnspython messages) answers the DNS-AID and HTTPS/ECH lookups.
 `site_fetcher()` reaches the web through the fetcher's seams.
 """
@@ -39,7 +41,7 @@ from servers import start_thread, stop_thread, write_response
 SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
          "hang.test", "bigrobots.test", "binrobots.test", "bomb.test", "malformed.test", "deep.test", "notes.test",
          "htmlrobots.test", "octetrobots.test", "bom.test", "tdmtypes.test", "mdalways.test", "novary.test",
-         "sitemaps.test", "puzzle.test", "applebot.test", "moved.test", "landing.test")
+         "sitemaps.test", "puzzle.test", "applebot.test", "moved.test", "landing.test", "fatdocs.test", "fatrobots.test")
 WORDS = " ".join(["Plain words for machine readers about sourdough, photographs and the open web."] * 8)
 
 READY_HOME = f"""<!doctype html><html><head><meta charset="utf-8"><title>Ready site</title>
@@ -88,6 +90,20 @@ READY_DOCS = {
                                                                      "skills": [{"id": "search"}]})),
     "/agents.md": ("text/markdown", "# Agents\n\nUse the MCP server at /mcp.\n"),
 }
+
+# Each near its probe's byte cap, in a letter JSON escapes to six characters: what a discovery result
+# would hold if it kept whole documents.
+FAT_TEXT = "\u00e9" * 400
+FAT_DOCS = {
+    "/openapi.json": {"openapi": "3.1.0", "security": [],
+                      "paths": {f"/p{i}": {"get": {"description": FAT_TEXT, "responses": {}}} for i in range(1000)}},
+    "/.well-known/agent-card.json": {"name": "Fat agent", "skills": [{"id": "s", "description": FAT_TEXT}] * 290},
+    "/.well-known/ai-plugin.json": {"schema_version": "v1", "name_for_model": "fat", "x": FAT_TEXT * 290},
+    "/.well-known/api-catalog": {"linkset": [{"anchor": "https://fatdocs.test/", "x": FAT_TEXT}] * 290},
+    "/.well-known/mcp/server-card.json": {"serverInfo": {"name": "fat"}, "x": FAT_TEXT * 290},
+    "/.well-known/tdmrep.json": [{"location": "/", "tdm-reservation": 1}] + [{"location": "/x"}] * 9000,
+}
+FAT_ROBOTS = "User-agent: *\nDisallow: /private/\n" + "# \u00e9 filler \u00e9\n" * 33_000
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -294,6 +310,14 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, BLOG_HOME)
         self.robots_site(path, "User-agent: *\nDisallow: /shop/\n", "text/plain")
 
+    def site_fatdocs(self, path):
+        if path in FAT_DOCS:
+            return self.send(200, json.dumps(FAT_DOCS[path], ensure_ascii=False).encode(), "application/json")
+        self.robots_site(path, "User-agent: *\nAllow: /\n", "text/plain")
+
+    def site_fatrobots(self, path):
+        self.robots_site(path, FAT_ROBOTS.encode(), "text/plain; charset=utf-8")
+
     def site_landing(self, path):
         if path == "/shop/":
             return self.send(200, BLOG_HOME)
@@ -421,6 +445,8 @@ class Scanner(BaseHTTPRequestHandler):
 
     def do_POST(self):
         message = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/moved":  # a scanner that sends its callers somewhere else
+            return self.reply("", "text/plain", {"Location": "/mcp"}, status=307)
         self.server.calls.append(message["method"])
         if message["method"] == "initialize":
             result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "scanner"}}

@@ -3,9 +3,11 @@
 Every path is one site behaviour: a rich page, frame headers, and each hostile answer the lens
 must survive (slow, dripping, reset, garbage status line, redirect loops and redirects to private
 addresses or to a malformed URL, 103 Early Hints before the answer, an event stream that stays
-open, 10 MB bodies, compression bombs, broken encodings and charsets, binary sent as HTML,
-deep nesting, 50,000 JSON-LD blocks). `loopback_fetcher()` reaches it through the fetcher's
-seams: a policy that allows exactly this server's (127.0.0.1, port) and a stub resolver.
+open, 10 MB bodies, compression bombs, a body gzipped under N stacked Content-Encodings, broken
+encodings and charsets, binary sent as HTML, deep nesting, 50,000 JSON-LD blocks, JSON-LD that grows
+when indented, header values and a title longer than anyone stores). `loopback_fetcher()` reaches
+it through the fetcher's seams: a policy that allows exactly this server's (127.0.0.1, port) and a
+stub resolver.
 """
 from __future__ import annotations
 
@@ -123,6 +125,14 @@ class Handler(BaseHTTPRequestHandler):
             "/deep": lambda: self.send(200, b"<html><body>" + b"<ul><li>" * 40_000 + b"deep</body></html>"),
             "/jsonld-flood": lambda: self.send(200, b"<html><head>" + b'<script type="application/ld+json">{"@type":"Thing"}</script>' * 50_000 + b"</head></html>"),
             "/jsonld-deep": lambda: self.send(200, b'<script type="application/ld+json">' + b"[" * 100_000 + b"]" * 100_000 + b"</script>"),
+            "/jsonld-indent": lambda: self.send(200, b"<html><head>" + (
+                b'<script type="application/ld+json">' + b"[" * 900 + b"]" * 900 + b"</script>") * 20 + b"</head></html>"),
+            "/jsonld-wide": lambda: self.send(200, b"<html><head>" + (
+                b'<script type="application/ld+json">' + b"[" * 60 + b"1," * 5000 + b"1" + b"]" * 60 + b"</script>") * 20
+                + b"</head></html>"),
+            "/fat-headers": lambda: self.send(200, b"<html><head><title>" + b"T" * 5000 + b"</title></head><body>x</body></html>",
+                                              "text/html; " + "a" * 8000,
+                                              {name: "v" * 8000 for name in ("Cache-Control", "Vary", "ETag", "Server")}),
             "/big": self.big,
             "/bad-gzip": lambda: self.send(200, b"this is not gzip at all", headers={"Content-Encoding": "gzip"}),
             "/unknown-encoding": lambda: self.send(200, b"whatever", headers={"Content-Encoding": "x-snappy-frame"}),
@@ -152,6 +162,12 @@ class Handler(BaseHTTPRequestHandler):
         if path.startswith("/chain/"):
             left = int(path.rsplit("/", 1)[1])
             return self.redirect(f"/chain/{left - 1}") if left > 0 else self.send(200, b"<title>end of chain</title>")
+        if path.startswith("/stacked/"):  # "hello" gzipped N times, every layer named
+            layers = int(path.rsplit("/", 1)[1])
+            body = b"hello"
+            for _ in range(layers):
+                body = gzip.compress(body)
+            return self.send(200, body, "text/plain", {"Content-Encoding": ", ".join(["gzip"] * layers)})
         if path.startswith("/bomb/"):
             coding = path.rsplit("/", 1)[1]
             return self.send(200, bomb(coding), headers={"Content-Encoding": coding})

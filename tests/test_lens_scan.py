@@ -277,6 +277,15 @@ def test_cloudflare_mode_scanner_answer_nested_too_deeply_is_unavailable(scanner
     assert result["ok"] and result["available"] is False and "JSON-RPC" in result["error"]
 
 
+def test_cloudflare_mode_scanner_redirect_is_not_followed(scanner, settings, sites):
+    """Only the URL under test goes through the address policy, so the scanner's own hops must not
+    be followed: a 307 could send the POST anywhere, loopback included."""
+    conf = with_lens(settings, cloudflare_scanner_url=f"http://127.0.0.1:{scanner.server_address[1]}/moved")
+    result = cloudflare.level("example.com", conf, None, fetcher=site_fetcher(sites))
+    assert result["available"] is False and result["error"] == "the scanner answered 307 (a redirect, not followed)"
+    assert scanner.calls == []
+
+
 def test_cloudflare_mode_scanner_down_is_unavailable(settings, sites):
     down = with_lens(settings, cloudflare_scanner_url="http://127.0.0.1:9/mcp", cloudflare_timeout_s=1)
     result = cloudflare.level("example.com", down, None, fetcher=site_fetcher(sites))

@@ -105,9 +105,9 @@ def test_paid_and_directives():
 
 def test_tdmrep_keeps_strings_only():
     probe = {"ok": True, "body": "[]"}
-    odd = terms.tdmrep([{"tdm-reservation": 1, "location": 5, "tdm-policy": [1]}], probe, {}, {})
+    odd = terms.tdmrep_file([{"tdm-reservation": 1, "location": 5, "tdm-policy": [1]}], probe)
     assert odd["location"] is None and odd["policy"] is None and odd["reserved"] is True
-    kept = terms.tdmrep([{"location": "/", "tdm-policy": "https://site.test/p.json"}], probe, {}, {})
+    kept = terms.tdmrep_file([{"location": "/", "tdm-policy": "https://site.test/p.json"}], probe)
     assert kept["location"] == "/" and kept["policy"] == "https://site.test/p.json"
 
 

@@ -18,7 +18,11 @@ MCP_ACCEPT = "application/json, text/event-stream"
 MARKDOWN_ACCEPT = "text/markdown, text/html;q=0.5"
 ENDPOINT_CAP = 2048  # /mcp and /ask: the first bytes say what answered
 _WEBMCP_INLINE = re.compile(r"navigator\.modelContext|registerTool\s*\(|provideContext\s*\(")
-_WEBMCP_BRIDGE = re.compile(r"""<script[^>]+src=["'][^"']*(webmcp|mcp-b|model-context)[^"']*["']""", re.I)
+# A script start tag, then its src attributes. `[^<>]` keeps each try inside one tag, so the search
+# stays linear; `[^>]+` ran on past every `<script` that never closed, to the end of the page.
+_SCRIPT_TAG = re.compile(r"<script[^<>]*", re.I)
+_SCRIPT_SRC = re.compile(r"""src=["']([^"']*)["']""", re.I)
+_BRIDGE_NAMES = ("webmcp", "mcp-b", "model-context")
 
 
 def endpoint_answer(result: FetchResult | None, error: str | None) -> dict:
@@ -84,9 +88,10 @@ def nlweb_verdict(answer: dict) -> dict:
 
 
 def webmcp(raw_html: str) -> dict:
-    bridge = _WEBMCP_BRIDGE.search(raw_html or "")
-    if bridge:
-        return {"found": True, "kind": "bridge", "marker": bridge.group(0)[:200]}
+    for tag in _SCRIPT_TAG.finditer(raw_html or ""):
+        for src in _SCRIPT_SRC.finditer(tag.group(0)):
+            if any(name in src.group(1).lower() for name in _BRIDGE_NAMES):
+                return {"found": True, "kind": "bridge", "marker": tag.group(0)[:src.end()][:200]}
     inline = _WEBMCP_INLINE.search(raw_html or "")
     if inline:
         return {"found": True, "kind": "inline", "marker": inline.group(0)}

@@ -27,6 +27,12 @@ CREATE TABLE IF NOT EXISTS lens_mode_cache (
 # observed_at repeated fetched_at as text, and nothing read it; site.dbs made before 2026-11-21 have it.
 DROPPED_COLUMNS = {"lens_discovery_cache": ("observed_at",)}
 DISCOVERY, LEVELS = "lens_discovery_cache", "lens_mode_cache"
+# Anyone can have any origin scanned (a wildcard DNS name gives every scan a new one), so what the
+# caches may hold is bounded: a discovery result takes 6-9 KB on the test sites and 67 KB with every
+# document at its cap (a robots.txt over about 200 KB goes past the cap, and its origin is read
+# afresh each time); 1,000 rows are at most 256 MB and typically under 10.
+MAX_PAYLOAD_CHARS = 256 * 1024
+MAX_ROWS = 1000
 _KEYS = {DISCOVERY: "origin", LEVELS: "url"}
 
 
@@ -42,15 +48,21 @@ def read(conn: sqlite3.Connection | None, table: str, key: str, hours: float) ->
 
 
 def write(conn: sqlite3.Connection | None, table: str, key: str, payload: dict) -> None:
-    """Store `payload` under `key` as of now, replacing what was there."""
+    """Store `payload` under `key` as of now, replacing what was there, unless it is longer than
+    MAX_PAYLOAD_CHARS; the table keeps its newest MAX_ROWS rows."""
     if conn is None:
         return
-    row = {_KEYS[table]: key, "fetched_at": time.time(), "payload": json.dumps(payload)}
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    if len(text) > MAX_PAYLOAD_CHARS:
+        return
+    row = {_KEYS[table]: key, "fetched_at": time.time(), "payload": text}
     try:
         conn.isolation_level = None  # the app's connection: `transaction` draws the boundaries
         with db.transaction(conn):
             conn.execute(f"INSERT OR REPLACE INTO {table}({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                          tuple(row.values()))
+            conn.execute(f"DELETE FROM {table} WHERE {_KEYS[table]} IN (SELECT {_KEYS[table]} FROM {table} "
+                         "ORDER BY fetched_at DESC LIMIT -1 OFFSET ?)", (MAX_ROWS,))
     except sqlite3.Error:
         pass
 

@@ -24,7 +24,12 @@ class ScannerError(Exception):
 
 
 def _rpc(session: requests.Session, url: str, message: dict, headers: dict, timeout: float, cap: int = 192 * 1024):
-    response = session.post(url, json=message, headers=headers, timeout=timeout, stream=True)
+    # Not followed: only the URL under test passes the address policy, so a hop could lead anywhere,
+    # loopback and the metadata address included.
+    response = session.post(url, json=message, headers=headers, timeout=timeout, stream=True, allow_redirects=False)
+    if 300 <= response.status_code < 400:
+        response.close()
+        raise ScannerError(f"the scanner answered {response.status_code} (a redirect, not followed)")
     raw = b""
     for chunk in response.iter_content(16384):
         raw += chunk

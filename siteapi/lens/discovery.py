@@ -18,6 +18,7 @@ from typing import Callable
 
 from .fetch import FetchFailed, Fetcher, FetchRefused, FetchResult, join_url, parse_target
 from .page import is_binary, mime_of
+from .terms import robots_field, robots_lines
 
 PROBE_BODY_CHARS = 2_000          # a probe's `body` in the observation
 PROBE_CAP = 256 * 1024            # bytes read per probe
@@ -150,6 +151,13 @@ def _is_obj(data) -> bool:
     return isinstance(data, dict)
 
 
+def _has_contact(text: str) -> bool:
+    """A `Contact:` field on some line (RFC 9116), read line by line: a multiline regex whose leading
+    whitespace may cross lines rescans the rest of the file from every line start."""
+    return any(key.strip().lower() == "contact" and colon
+               for key, colon, _ in (line.partition(":") for line in text.splitlines()))
+
+
 # A validator returns None when the body is what the path promises, else a note saying why not.
 VALIDATORS: dict[str, Callable[[FetchResult], str | None]] = {
     "robotsTxt": _robots_check,
@@ -157,8 +165,7 @@ VALIDATORS: dict[str, Callable[[FetchResult], str | None]] = {
                                      " (llmstxt.org: the first line is a '# Title')"),
     "llmsFullTxt": lambda r: _text_check(r, "llms-full.txt"),
     "aiTxt": lambda r: _text_check(r, "ai.txt"),
-    "securityTxt": lambda r: _text_check(r, "security.txt", lambda t: re.search(r"^\s*contact\s*:", t, re.I | re.M) is not None,
-                                         " (RFC 9116 requires a Contact: line)"),
+    "securityTxt": lambda r: _text_check(r, "security.txt", _has_contact, " (RFC 9116 requires a Contact: line)"),
     "authMd": lambda r: _text_check(r, "Markdown document"),
     "agentsMd": lambda r: _text_check(r, "Markdown document"),
     "webBotAuth": lambda r: _json_check(r, "JWKS", lambda d: _is_obj(d) and isinstance(d.get("keys"), list) and bool(d["keys"]),
@@ -303,10 +310,15 @@ def agents_md(sub: Subrequests, origin: str) -> dict:
 
 
 def declared_sitemaps(robots: str | None, origin: str) -> list[str]:
-    if not robots:
-        return []
-    found = re.findall(r"^\s*sitemap\s*:\s*(\S+)", robots, re.I | re.M)
-    return [url for url in (join_url(origin + "/", found_url) for found_url in found[:5]) if url]
+    """The first five `Sitemap:` URLs of robots.txt, resolved against the origin."""
+    found = []
+    for line in robots_lines(robots or ""):
+        field = robots_field(line)
+        if field and field[0].lower() == "sitemap" and field[1]:
+            found.append(field[1].split()[0])
+            if len(found) == 5:
+                break
+    return [url for url in (join_url(origin + "/", found_url) for found_url in found) if url]
 
 
 def sitemap_declared(sub: Subrequests, robots: str | None, origin: str, sitemap: dict | None) -> dict | None:

@@ -7,9 +7,10 @@ against the address policy and the connection goes to the address that was check
 certificate check and `Host` stay the name), so DNS rebinding cannot slip in between; redirects
 are followed by hand, at most `max_redirects`, each hop checked again from the top; one deadline
 covers the whole fetch (DNS, connect, TLS, headers, body, every hop); the raw body is capped and
-the decoded body is capped while decompressing, so a compression bomb costs nothing. Each hop is
-signed for its own authority (Web Bot Auth, `siteapi.botauth`) when the fetcher has a signer, as
-the production fetcher does whenever the site's key can be read or made.
+the decoded body is capped while decompressing, so a compression bomb costs nothing, and at most
+MAX_CODINGS stacked Content-Encodings are decoded. Each hop is signed for its own authority (Web
+Bot Auth, `siteapi.botauth`) when the fetcher has a signer, as the production fetcher does
+whenever the site's key can be read or made.
 
 Built on urllib3 (the transport under requests) rather than a requests adapter: a connection
 pool aimed at the checked IP with `server_hostname`/`assert_hostname` set to the name is
@@ -334,12 +335,16 @@ _DECODERS: dict[str, Callable[[bytes, int], bytes]] = {
     "gzip": _gunzip, "x-gzip": _gunzip, "deflate": _deflate, "br": _unbrotli, "zstd": _unzstd,
 }
 _DECODE_ERRORS = (zlib.error, brotli.error, zstandard.ZstdError, EOFError, ValueError)
+# curl and urllib3 refuse a longer chain too; each layer is one more pass over up to `limit` bytes
+MAX_CODINGS = 5
 
 
 def decode_body(raw: bytes, content_encoding: str, limit: int, raw_truncated: bool) -> tuple[bytes, bool, dict | None]:
     """(decoded body, decoded cap hit, bodyUnreadable or None). Output never exceeds `limit`."""
     codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
     codings = [c for c in codings if c != "identity"]
+    if len(codings) > MAX_CODINGS:
+        return b"", False, {"reason": "undecodable-content-encoding", "encoding": ", ".join(codings)[:64]}
     body, capped = raw, False
     for coding in reversed(codings):
         decoder = _DECODERS.get(coding)

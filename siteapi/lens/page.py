@@ -3,8 +3,9 @@
 `analyse()` turns a decoded body into the `anatomy`, `structured` and `ai` objects of a
 LensObservation (API.md §2.5), plus the strings cost.py prices. Parsing is selectolax (Lexbor)
 over at most `parse_bytes` of the body; output strings are capped (rawHtml 80,000 chars, text
-24,000). `visible_words()` is what counts as the words a visitor reads (bot views sample them
-too). `frame_policy()` reads X-Frame-Options and CSP frame-ancestors.
+24,000, JSON-LD re-indented within a depth and a size budget). `visible_words()` is what counts
+as the words a visitor reads (bot views sample them too). `frame_policy()` reads X-Frame-Options
+and CSP frame-ancestors.
 """
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ RAW_HTML_CHARS = 80_000
 TEXT_CHARS = 24_000
 MARKDOWN_CHARS = 80_000
 JSONLD_BLOCKS = 100
+# Indenting repeats two spaces per level on every line, so the re-serialised text grows with the
+# square of the depth (100 blocks of 900 nested arrays, 184 KB, indented to 162 MB): a depth limit,
+# and caps on each block's text and on all of them.
+JSONLD_DEPTH = 64
+JSONLD_CHARS = 32_000
+JSONLD_TOTAL_CHARS = 160_000
 RAW_INVALID_CHARS = 2_000
 LIST_ITEMS = 200
 VALUE_CHARS = 2_000
@@ -48,7 +55,9 @@ _TEXT_MIMES = ("application/xhtml+xml", "application/xml", "application/json", "
                "application/ecmascript", "application/x-javascript", "application/rss+xml", "application/atom+xml")
 _MAGIC = (b"\x89PNG", b"GIF8", b"\xff\xd8\xff", b"%PDF", b"PK\x03\x04", b"\x1f\x8b", b"RIFF", b"\x00asm",
           b"\x00\x00\x01\x00", b"OggS", b"fLaC", b"ID3", b"wOFF", b"wOF2", b"\x7fELF", b"MZ")
-_LINK_ENTRY = re.compile(r'<([^>]*)>((?:\s*;\s*[A-Za-z0-9*_.-]+\s*(?:=\s*(?:"[^"]*"|[^;,]*))?)*)')
+# `[^<>]`: a URI reference has no `<`, and stopping there keeps every try within one entry (with
+# `[^>]*`, each `<` of a value without `>` ran on to the end: quadratic in the header's length).
+_LINK_ENTRY = re.compile(r'<([^<>]*)>((?:\s*;\s*[A-Za-z0-9*_.-]+\s*(?:=\s*(?:"[^"]*"|[^;,]*))?)*)')
 _LINK_PARAM = re.compile(r';\s*([A-Za-z0-9*_.-]+)\s*(?:=\s*("[^"]*"|[^;,]*))?')
 
 
@@ -274,7 +283,9 @@ def _finite_float(literal: str) -> float:
 
 
 def _jsonld(tree) -> tuple[list[dict], int]:
-    blocks, total = [], 0
+    """The first JSON-LD blocks re-serialised as indented JSON, and how many there are. A block's
+    `json` stops at JSONLD_CHARS, and at what is left of JSONLD_TOTAL_CHARS, with `truncated`."""
+    blocks, total, budget = [], 0, JSONLD_TOTAL_CHARS
     for node in tree.css("script[type]"):
         if mime_of(node.attributes.get("type") or "") != "application/ld+json":
             continue
@@ -283,16 +294,52 @@ def _jsonld(tree) -> tuple[list[dict], int]:
             continue
         raw = node.text() or ""
         try:
-            if not raw.strip():
-                raise ValueError("the block is empty")
-            data = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
-            blocks.append({"valid": True, "types": _jsonld_types(data),
-                           "json": json.dumps(data, indent=2, ensure_ascii=False)})
-        except RecursionError:
-            blocks.append({"valid": False, "error": "the JSON nests too deeply to read", "raw": raw[:RAW_INVALID_CHARS]})
-        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            data = _read_block(raw)
+        except ValueError as exc:
             blocks.append({"valid": False, "error": str(exc)[:300], "raw": raw[:RAW_INVALID_CHARS]})
+            continue
+        text, cut = _indented(data, min(JSONLD_CHARS, budget))
+        budget -= len(text)
+        block = {"valid": True, "types": _jsonld_types(data), "json": text}
+        blocks.append({**block, "truncated": True} if cut else block)
     return blocks, total
+
+
+def _read_block(raw: str):
+    """The block's JSON, or ValueError with a sentence (json.JSONDecodeError is a ValueError)."""
+    if not raw.strip():
+        raise ValueError("the block is empty")
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+        too_deep = _deeper_than(data, JSONLD_DEPTH)
+    except RecursionError:
+        too_deep = True
+    if too_deep:
+        raise ValueError(f"the JSON nests deeper than {JSONLD_DEPTH} levels")
+    return data
+
+
+def _deeper_than(data, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` levels in `data` (walked without recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def _indented(data, limit: int) -> tuple[str, bool]:
+    """`data` as json.dumps(indent=2) writes it, stopped once `limit` characters are written: (text, cut)."""
+    chunks, size = [], 0
+    for chunk in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(data):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return "".join(chunks)[:limit], True
+    return "".join(chunks), False
 
 
 def _jsonld_types(data) -> list[str]:

@@ -62,8 +62,8 @@ def _probe_status(probe: dict | None, missing: str, what: str) -> tuple[str, str
     return "fail", f"{probe['url']} answered {probe.get('status')}. {missing}"
 
 
-def checks(obs: dict, openapi_doc=None) -> tuple[dict, str | None]:
-    """Every ReadinessCheck keyed by name, and the keyless reason (or None)."""
+def checks(obs: dict, keyless: str | None = None) -> dict:
+    """Every ReadinessCheck keyed by name; `keyless` is keyless_reason() of the site's OpenAPI document."""
     d, t, a = obs["discovery"], obs["terms"], obs["agent"]
     out: dict[str, dict] = {}
 
@@ -157,7 +157,6 @@ def checks(obs: dict, openapi_doc=None) -> tuple[dict, str | None]:
     for key, label in (("agentScripts", "Agent-usable scripts"), ("agentMedia", "Agent-usable media")):
         add(key, "execution", label, "neutral", "Needs a rendered page; not measured by this scan.", scored=False, optional=True)
 
-    keyless = keyless_reason(openapi_doc)
     if keyless:
         for key in AUTHORITY_CHECKS:
             out[key].update(status="neutral", notApplicable=True, detail=keyless)
@@ -165,7 +164,7 @@ def checks(obs: dict, openapi_doc=None) -> tuple[dict, str | None]:
         for key in API_CHECKS:
             if out[key]["status"] != "pass":
                 out[key].update(status="neutral", detail="No API, MCP server or agent card found: this check applies to sites that offer one.")
-    return out, keyless
+    return out
 
 
 def _offers_api(obs: dict) -> bool:
@@ -220,8 +219,9 @@ def field_score(obs: dict, bot_views: list[dict] | None) -> dict:
             "components": components}
 
 
-def readiness(obs: dict, openapi_doc=None, bot_views: list[dict] | None = None) -> dict:
-    found, keyless = checks(obs, openapi_doc)
+def readiness(obs: dict, keyless: str | None = None, bot_views: list[dict] | None = None) -> dict:
+    """The readiness object; `keyless` is keyless_reason() of the site's OpenAPI document."""
+    found = checks(obs, keyless)
     categories, counted, passed = [], 0, 0
     for key, label, in_score in CATEGORIES:
         mine = [c for c in found.values() if c["category"] == key]

@@ -5,8 +5,11 @@ paths, agents.md or AGENTS.md, /mcp, /ask, the declared sitemap, 3 DNS-AID and 1
 10 bot views) runs on one thread pool under ONE deadline and one subrequest cap; what did not
 finish in time is reported as not answered (`unknown`), never waited for. What the probes find
 joins what the page shows (`ai.llmsTxtPresent` counts /llms.txt). The origin's discovery result
-is cached in site.db for `discovery_cache_hours` (cache.py). Also here: `summary` (LensSummary)
-and `compare` (LensComparison).
+is cached in site.db for `discovery_cache_hours` (cache.py): the probes (their bodies already cut
+short), the robots.txt text the verdicts are read from for each page, and what later passes read
+from the well-known documents (the agent doors, the keyless reason, the TDMRep terms), never the
+documents themselves; a result longer than the cache takes (cache.MAX_PAYLOAD_CHARS) is not cached.
+Also here: `summary` (LensSummary) and `compare` (LensComparison).
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ from .fetch import FetchFailed, Fetcher, FetchRefused, fetcher_from_settings, le
 log = logging.getLogger(__name__)
 
 TIMED_OUT = "not answered before the scan's deadline"
+# Bumped when the cached result's keys change: a row of another shape (an earlier release's) is a miss.
+DISCOVERY_SHAPE = 2
 
 
 def scan_settings(settings) -> dict:
@@ -74,6 +79,8 @@ def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: b
     deadline = time.monotonic() + conf["scan_timeout_s"]
     sub = Subrequests(fetcher, deadline, conf["subrequest_cap"], conf["probe_timeout_s"])
     cached = cache.read(conn, cache.DISCOVERY, origin, conf["discovery_cache_hours"])
+    if cached and cached.get("shape") != DISCOVERY_SHAPE:
+        cached = None
     pool = ThreadPoolExecutor(max_workers=conf["concurrency"], thread_name_prefix="lens-scan")
     try:
         sub.take()
@@ -113,7 +120,7 @@ def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: b
     if bot_views:
         obs["phases"]["wallCheck"] = bots.wall_check(views, settings)
     obs["botViews"] = rows
-    obs["readiness"] = readiness.readiness(obs, payload["docs"].get("openapi"), rows if bot_views else None)
+    obs["readiness"] = readiness.readiness(obs, payload["keyless"], rows if bot_views else None)
     return obs
 
 
@@ -145,8 +152,13 @@ def _collect_discovery(pool, sub: Subrequests, origin: str, futures: dict, dns_f
     robots = fetched["robotsTxt"]
     return {
         "_complete": complete,
+        "shape": DISCOVERY_SHAPE,
         "probes": {key: f.probe for key, f in fetched.items()},
-        "docs": {key: f.data for key, f in fetched.items() if isinstance(f.data, (dict, list))},
+        "doors": {key: agent.door(fetched[key].probe, fetched[key].data, describe) for key, describe in (
+            ("agentCard", agent.describe_card), ("openapi", agent.describe_openapi),
+            ("aiPlugin", agent.describe_plugin), ("apiCatalog", agent.describe_catalog))},
+        "keyless": readiness.keyless_reason(fetched["openapi"].data),
+        "tdmrep": terms.tdmrep_file(fetched["tdmrep"].data, fetched["tdmrep"].probe),
         "robots": {"text": robots.text, "status": robots.status, "unreachable": robots.unreachable},
         "sitemapDeclared": _result(declared, {"ok": False, "url": "", "error": TIMED_OUT}) if declared else None,
         "agentsMd": _result(futures["agentsMd"], {"ok": False, "present": False, "unknown": True, "error": TIMED_OUT}),
@@ -184,7 +196,7 @@ def _terms(payload: dict, page, obs: dict, origin: str) -> dict:
     enforcement = {"status": page.status, "challenged": challenged,
                    "blocked": challenged or page.status in terms.BLOCKING_STATUSES}
     directives = terms.directives(obs.get("ai"))
-    tdm = terms.tdmrep(payload["docs"].get("tdmrep"), payload["probes"]["tdmrep"], page.headers,
+    tdm = terms.tdmrep(payload["tdmrep"], payload["probes"]["tdmrep"], page.headers,
                        (obs.get("structured") or {}).get("meta"))
     return {"path": "/robots.txt", "robotsPresent": state == "present", "robotsUnknown": state == "unknown",
             "robotsError": why, "scoreboard": board, "signals": signals, "paid": paid, "enforcement": enforcement,
@@ -193,14 +205,10 @@ def _terms(payload: dict, page, obs: dict, origin: str) -> dict:
 
 
 def _agent(payload: dict, obs: dict, md: dict) -> dict:
-    probes, docs = payload["probes"], payload["docs"]
+    probes, doors = payload["probes"], payload["doors"]
     mcp = agent.mcp_verdict(payload["mcpEndpoint"], bool(probes["mcpServerCard"].get("ok")))
     nlweb = agent.nlweb_verdict(payload["askEndpoint"])
     web_mcp = agent.webmcp((obs.get("anatomy") or {}).get("rawHtml", ""))
-    doors = {"agentCard": agent.door(probes["agentCard"], docs.get("agentCard"), agent.describe_card),
-             "openapi": agent.door(probes["openapi"], docs.get("openapi"), agent.describe_openapi),
-             "aiPlugin": agent.door(probes["aiPlugin"], docs.get("aiPlugin"), agent.describe_plugin),
-             "apiCatalog": agent.door(probes["apiCatalog"], docs.get("apiCatalog"), agent.describe_catalog)}
     llms_probe = probes["llmsTxt"]
     llms = {"present": bool(llms_probe.get("ok")),
             "unknown": bool(llms_probe.get("error")) or (llms_probe.get("status") or 0) >= 500}

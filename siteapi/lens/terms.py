@@ -22,12 +22,14 @@ from ..feeds.crawlers import CRAWLERS
 
 BLOCKING_STATUSES = (401, 403, 406, 429, 451)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_ROBOTS_KEY = re.compile(r"[A-Za-z][A-Za-z _-]*")
 # Google's parser reads keys by prefix and forgives the common typos of these two
-_ROBOTS_LINE = re.compile(r"^\s*([A-Za-z][A-Za-z _-]*?)\s*:\s*(.*?)\s*(?:#.*)?$")
 _USER_AGENT_KEYS = ("user-agent", "useragent", "user agent")
 _RULE_KEYS = ("allow", "disallow", "dissallow", "dissalow", "disalow", "diasllow", "disallaw")
 _PRODUCT_TOKEN = re.compile(r"[A-Za-z_-]*")
 TIERS = ("open", "signaled", "enforced", "paid")
+SIGNALS = 50
+AGENT_CHARS = 200  # a user-agent value as shown; the rule beside it is cut at 300
 
 
 def robots_state(status: int | None, unreachable: bool, text: str | None) -> tuple[str, str | None]:
@@ -45,33 +47,51 @@ def robots_state(status: int | None, unreachable: bool, text: str | None) -> tup
     return "present", None
 
 
-def _group_agents(lines: list[str], line_number: int) -> list[str]:
-    """The user-agent values of the group that line `line_number` (1-based) belongs to.
+def robots_field(line: str) -> tuple[str, str] | None:
+    """(key as written, value) of a `key: value` line, the value without its comment; None for a
+    line that is not one. Read with partition and strip, never a regex that could backtrack over
+    a long line: robots.txt comes from the site and may be 512 KiB of spaces."""
+    key, colon, rest = line.partition(":")
+    key = key.strip()
+    if not colon or not _ROBOTS_KEY.fullmatch(key):
+        return None
+    return key, rest.partition("#")[0].strip()
+
+
+def _group_names(lines: list[str], line_numbers: set[int]) -> dict[int, dict[str, str]]:
+    """For each line in `line_numbers` (1-based): the user-agent values of the group it belongs
+    to, keyed by their product token in lower case (the first value naming a token wins).
 
     As in Google's parser, only an Allow or Disallow line ends a group's run of user-agent lines;
-    blank lines, comments and other fields between them do not."""
-    index = min(line_number, len(lines)) - 1
+    blank lines, comments and other fields between them do not. Google's parser names a crawler
+    only by its whole product token (the leading run of letters, `_` and `-`), case-insensitively:
+    `Applebot` does not name `Applebot-Extended`. One pass over the file serves every line asked
+    for, and each group is read once however many crawlers matched in it."""
+    runs: dict[int, tuple[list[str], int]] = {}  # line -> (its group's user agents, how many came by then)
     agents: list[str] = []
-    while index >= 0:
-        match = _ROBOTS_LINE.match(lines[index])
-        key = match.group(1).lower() if match else ""
+    after_rule = True
+    for number, line in enumerate(lines[:max(line_numbers, default=0)], 1):
+        field = robots_field(line)
+        key = field[0].lower() if field else ""
         if key.startswith(_USER_AGENT_KEYS):
-            agents.insert(0, match.group(2))
-        elif agents and key.startswith(_RULE_KEYS):
-            break
-        index -= 1
-    return agents
-
-
-def _named_agent(lines: list[str], line_number: int, token: str) -> str:
-    """The user-agent value, as written, that names `token` in the group of line `line_number`.
-
-    Google's parser names a crawler only by its whole product token (the leading run of letters,
-    `_` and `-`), case-insensitively: `Applebot` does not name `Applebot-Extended`."""
-    for agent in _group_agents(lines, line_number):
-        if _PRODUCT_TOKEN.match(agent).group(0).lower() == token.lower():
-            return agent
-    return token
+            if after_rule:
+                agents = []
+            agents.append(field[1])
+            after_rule = False
+        elif key.startswith(_RULE_KEYS):
+            after_rule = True
+        if number in line_numbers:
+            runs[number] = (agents, len(agents))
+    names: dict[tuple[int, int], dict[str, str]] = {}
+    out = {}
+    for number in line_numbers:
+        group, size = runs.get(number, (agents, len(agents)))  # past the end: the last group
+        if (id(group), size) not in names:
+            named = names[(id(group), size)] = {}
+            for agent in group[:size]:
+                named.setdefault(_PRODUCT_TOKEN.match(agent).group(0).lower(), agent)
+        out[number] = names[(id(group), size)]
+    return out
 
 
 def rules_url(robots_origin: str, asked_url: str, final_url: str) -> tuple[str, str | None]:
@@ -111,7 +131,7 @@ def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | N
                caveat: str | None = None) -> list[dict]:
     """One verdict per registry crawler for `page_url`'s path; `caveat` is added to every note of
     a read robots.txt (or of a 4xx one)."""
-    rows = []
+    rows, named_at = [], []
     path_url = page_url if urlsplit(page_url).path else page_url + "/"
     lines = robots_lines(robots_text or "")
     for crawler in CRAWLERS:
@@ -127,7 +147,9 @@ def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | N
             if line:
                 row["rule"] = rule_at(lines, line)
                 # a group naming the crawler replaces `*`, so a matched line is in one or the other
-                row["matchedUa"] = _named_agent(lines, line, crawler["token"]) if named else "*"
+                row["matchedUa"] = "*"
+                if named:
+                    named_at.append((row, line))
             elif named:
                 row["matchedUa"] = crawler["token"]
                 row["note"] = "named in robots.txt; no rule matches this path"
@@ -138,29 +160,36 @@ def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | N
         if caveat and state != "unknown":
             row["note"] = f"{row['note']}; {caveat}" if row.get("note") else caveat
         rows.append(row)
+    groups = _group_names(lines, {line for _, line in named_at})
+    for row, line in named_at:
+        row["matchedUa"] = groups[line].get(row["ua"].lower(), row["ua"])[:AGENT_CHARS]
     return rows
 
 
 def content_signals(robots_text: str | None) -> list[dict]:
-    """Every Content-Signal line with the user agents of the group it sits in."""
+    """The first SIGNALS Content-Signal lines, each with (the first SIGNALS of) the user agents of
+    the group it sits in: one group of thousands, repeated in every signal, would multiply the file."""
     out, agents, in_agents = [], ["*"], False
     for line in robots_lines(robots_text or ""):
-        match = _ROBOTS_LINE.match(line)
-        if not match:
+        field = robots_field(line)
+        if not field:
             continue
-        key, value = match.group(1).lower(), match.group(2)
+        key, value = field[0].lower(), field[1]
         if key.startswith(_USER_AGENT_KEYS):
-            agents = (agents if in_agents else []) + [value]
+            if not in_agents:
+                agents = []
+            agents.append(value)
             in_agents = True
             continue
         in_agents = False
-        if key == "content-signal" and len(out) < 50:
+        if key == "content-signal" and len(out) < SIGNALS:
             parsed = {}
             for part in value.split(","):
                 name, _, setting = part.partition("=")
                 if name.strip():
                     parsed[name.strip().lower()] = setting.strip().lower()
-            out.append({"agents": list(agents), "raw": line.strip()[:500], "parsed": parsed})
+            out.append({"agents": [agent[:AGENT_CHARS] for agent in agents[:SIGNALS]], "raw": line.strip()[:500],
+                        "parsed": parsed})
     return out
 
 
@@ -184,15 +213,23 @@ def directives(ai: dict) -> dict:
     return {"metaRobots": meta, "xRobotsTag": header, "noai": "noai" in words or "noimageai" in words}
 
 
-def tdmrep(data, probe: dict, headers: dict, meta: dict) -> dict:
-    """W3C TDMRep from the well-known file, the `tdm-reservation` header or meta tag."""
+def tdmrep_file(data, probe: dict) -> dict | None:
+    """What the well-known TDMRep file says, from its parsed JSON `data` and its `probe`; None when
+    there is no such file (`data` is not a JSON array)."""
+    if not isinstance(data, list):
+        return None
+    rules = [r for r in data if isinstance(r, dict)]
+    first = rules[0] if rules else {}
+    reserved = any(str(r.get("tdm-reservation")) == "1" for r in rules) if rules else None
+    return {"present": True, "rules": len(rules), "reserved": reserved, "location": _string(first.get("location")),
+            "policy": _string(first.get("tdm-policy")), "body": probe.get("body")}
+
+
+def tdmrep(found_file: dict | None, probe: dict, headers: dict, meta: dict) -> dict:
+    """W3C TDMRep from the well-known file (`tdmrep_file`), else the `tdm-reservation` header or meta tag."""
+    if found_file:
+        return found_file
     header = headers.get("tdm-reservation") or (meta or {}).get("tdm-reservation")
-    if isinstance(data, list):
-        rules = [r for r in data if isinstance(r, dict)]
-        first = rules[0] if rules else {}
-        reserved = any(str(r.get("tdm-reservation")) == "1" for r in rules) if rules else None
-        return {"present": True, "rules": len(rules), "reserved": reserved, "location": _string(first.get("location")),
-                "policy": _string(first.get("tdm-policy")), "body": probe.get("body")}
     out = {"present": header is not None, "rules": 0, "reserved": None if header is None else header.strip() == "1",
            "location": None, "policy": (headers.get("tdm-policy") or (meta or {}).get("tdm-policy"))}
     if probe.get("note"):

@@ -1,0 +1,225 @@
+"""Fetched content built to make the lens do far more work than its size warrants, against the
+loopback webs: text on which a backtracking regex takes quadratic time (robots.txt, security.txt,
+a Link header, page HTML), stacked Content-Encodings, JSON-LD that grows when re-indented, and
+discovery results too big to keep in site.db.
+
+Work that must stay linear runs on inputs at the size the lens accepts (512 KB) in a child process
+held to 60 s of CPU: linear code takes milliseconds there, the quadratic code it replaced took from
+minutes to half an hour, so the limit tells them apart without timing anything that noise could sway."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lens_web
+from conftest import ROOT
+from lens_sites import FAT_DOCS, site_fetcher
+from siteapi import db
+from siteapi.config import load_settings
+from siteapi.lens import agent, cache, discovery, page, scan, terms
+from siteapi.lens.fetch import FetchResult
+from siteapi.lens.observe import inspect
+
+HOSTILE_CHARS = 512 * 1024  # the robots.txt cap; no fetched text the lens reads whole is longer
+CPU_LIMIT_S = 60
+
+
+def _security_txt(text: str) -> dict:
+    body = text.encode()
+    url = "https://x.test/.well-known/security.txt"
+    result = FetchResult(url=url, final_url=url, status=200, headers={"content-type": "text/plain"}, body=body,
+                         raw_bytes=len(body), truncated=False, elapsed_ms=1)
+    return discovery.probe_result("securityTxt", result.url, result)
+
+
+# (what runs, the input for size n, the size of one n): each input has the shape that made the earlier
+# code quadratic, a regex backtracking over it or, for the group of many user agents, the list of them
+# copied per line
+LINEAR = {
+    "robots.txt sitemap lines, blank lines": (
+        lambda text: discovery.declared_sitemaps(text, "https://x.test"), lambda n: "User-agent: *\n" + "\n" * n, 1),
+    "security.txt contact line, blank lines": (
+        _security_txt, lambda n: "Expires: 2030-01-01T00:00:00Z\n" + "\n" * n, 1),
+    "robots.txt content signals, a key of spaces": (terms.content_signals, lambda n: "A" + " " * n, 1),
+    "robots.txt content signals, a group of many user agents": (
+        terms.content_signals, lambda n: "User-agent: a\n" * n + "Content-Signal: ai-train=no\n", 14),
+    "robots.txt scoreboard, a key of spaces in a group": (
+        lambda text: terms.scoreboard(text, "present", "https://x.test/"),
+        lambda n: "User-agent: GPTBot\nA" + " " * n + "\nDisallow: /\n", 1),
+    "page HTML, unclosed script tags": (agent.webmcp, lambda n: "<script</b" * n, 10),
+    "Link header of '<'": (lambda value: page.parse_link_header(value, "https://x.test/"), lambda n: "<" * n, 1),
+}
+
+
+def run_at_the_cap(names: list[str]) -> None:
+    """In the child: each named case on its hostile input of HOSTILE_CHARS."""
+    for name in names:
+        work, make, unit = LINEAR[name]
+        work(make(HOSTILE_CHARS // unit))
+
+
+@pytest.mark.parametrize("name", LINEAR)
+def test_work_on_fetched_text_stays_linear_at_the_cap(name):
+    child = subprocess.run(
+        [sys.executable, "-c", f"import test_lens_hostile as t; t.run_at_the_cap({[name]!r})"],
+        cwd=Path(__file__).parent, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S)), timeout=300)
+    assert child.returncode == 0, f"{name}: {child.returncode} {child.stderr[-1500:]}"
+
+
+def test_the_linear_readers_read_ordinary_files_as_before():
+    robots = "User-agent: *\nDisallow: /x # not here\n  sitemap :  /a.xml  more\nSITEMAP:/b.xml\nSitemap:\n"
+    assert discovery.declared_sitemaps(robots, "https://x.test") == ["https://x.test/a.xml", "https://x.test/b.xml"]
+    for text, ok in (("Contact: mailto:a@x.test\n", True), ("  CONTACT :https://x.test/\n", True),
+                     ("Expires: 2030-01-01T00:00:00Z\r\nContact: a\r\n", True), ("Contacts: a\n", False),
+                     ("# Contact: a\n", False)):
+        assert _security_txt(text)["ok"] is ok, text
+    fields = {line: terms.robots_field(line) for line in (
+        "User-agent: GPTBot", "  user agent\t:  ClaudeBot  # ours", "Disallow:", "Content-Signal: a=yes #x",
+        "# comment: yes", "9key: v", "User\tagent: x", "Allow /x", "Crawl-delay : 5")}
+    assert fields == {"User-agent: GPTBot": ("User-agent", "GPTBot"),
+                      "  user agent\t:  ClaudeBot  # ours": ("user agent", "ClaudeBot"),
+                      "Disallow:": ("Disallow", ""), "Content-Signal: a=yes #x": ("Content-Signal", "a=yes"),
+                      "# comment: yes": None, "9key: v": None, "User\tagent: x": None, "Allow /x": None,
+                      "Crawl-delay : 5": ("Crawl-delay", "5")}
+    bridge = agent.webmcp('<p>x</p><script type="module" src="https://cdn.x.test/@mcp-b/global.js"></script>')
+    assert bridge == {"found": True, "kind": "bridge",
+                      "marker": '<script type="module" src="https://cdn.x.test/@mcp-b/global.js"'}
+    assert agent.webmcp('<script src="/app.js"></script><img src="/webmcp.png">') == {"found": False}
+    links = page.parse_link_header('<a>; rel="x", <b>; rel=y; title="t, u", <c>', "https://x.test/")
+    assert links == [{"rel": "x", "href": "https://x.test/a"}, {"rel": "y", "href": "https://x.test/b", "title": "t, u"}]
+
+
+def test_terms_show_a_group_of_many_agents_once_and_cut():
+    """Each signal lists its group's agents: a group of thousands, shown in 50 signals, would
+    multiply a 512 KiB robots.txt fifty times over."""
+    robots = ("User-agent: " + "A" * 600 + "\n" + "User-agent: GPTBot\n" * 20_000 + "Content-Signal: ai-train=no\n" * 60
+              + "Disallow: /\n")
+    signals = terms.content_signals(robots)
+    assert len(signals) == terms.SIGNALS and len(json.dumps(signals)) < 200 * 1024
+    assert signals[0]["agents"][:2] == ["A" * terms.AGENT_CHARS, "GPTBot"] and len(signals[0]["agents"]) == terms.SIGNALS
+    named = "GPTBot/" + "1" * 600
+    rows = {row["ua"]: row for row in terms.scoreboard(f"User-agent: {named}\nDisallow: /\n", "present", "https://x.test/")}
+    assert rows["GPTBot"]["verdict"] == "block" and rows["GPTBot"]["matchedUa"] == named[:terms.AGENT_CHARS]
+
+
+# --- stacked Content-Encodings: decoded as far as curl and urllib3 go, refused beyond ------------
+
+@pytest.fixture(scope="module")
+def web():
+    server, thread = lens_web.start()
+    yield server
+    lens_web.stop(server, thread)
+
+
+def test_more_content_encodings_than_clients_decode_are_refused_undecoded(web):
+    fetcher = lens_web.loopback_fetcher(web)
+    assert fetcher.fetch(web.url("/stacked/5")).body == b"hello"
+    refused = fetcher.fetch(web.url("/stacked/6"))
+    assert refused.body == b"" and refused.body_unreadable == {
+        "reason": "undecodable-content-encoding", "encoding": "gzip, gzip, gzip, gzip, gzip, gzip"}
+
+
+# --- JSON-LD: re-indented within a depth and size budget -----------------------------------------
+
+def look(web, path):
+    return inspect(web.url(path), load_settings(), phases="page", fetcher=lens_web.loopback_fetcher(web))
+
+
+def test_jsonld_nested_deeper_than_the_limit_is_shown_raw_not_reindented(web):
+    seen = look(web, "/jsonld-indent")
+    blocks = seen["structured"]["jsonld"]
+    assert len(json.dumps(blocks)) < 64 * 1024
+    assert len(blocks) == 20 and {block["valid"] for block in blocks} == {False}
+    assert blocks[0]["error"] == f"the JSON nests deeper than {page.JSONLD_DEPTH} levels"
+    assert blocks[0]["raw"] == ("[" * 900 + "]" * 900)[:page.RAW_INVALID_CHARS]
+
+
+def test_jsonld_reindented_is_cut_per_block_and_in_total(web):
+    seen = look(web, "/jsonld-wide")
+    blocks = seen["structured"]["jsonld"]
+    assert len(json.dumps(blocks)) < 256 * 1024
+    assert len(blocks) == 20 and {block["valid"] for block in blocks} == {True}
+    sizes = [len(block["json"]) for block in blocks]
+    assert max(sizes) == page.JSONLD_CHARS and sum(sizes) == page.JSONLD_TOTAL_CHARS
+    assert {block["truncated"] for block in blocks} == {True}
+    whole = json.dumps(json.loads("[" * 60 + "1," * 5000 + "1" + "]" * 60), indent=2)
+    assert whole.startswith(blocks[0]["json"])
+    small = page.analyse(b'<script type="application/ld+json">{"@type": "Thing"}</script>', "text/html", {},
+                         "https://x.test/").structured["jsonld"]
+    assert small == [{"valid": True, "types": ["Thing"], "json": '{\n  "@type": "Thing"\n}'}]
+
+
+# --- the discovery cache keeps what later passes read, within a size ---------------------------
+
+@pytest.fixture()
+def conn(tmp_path):
+    connection = db.connect(tmp_path / "site.db")
+    connection.executescript(cache.SCHEMA)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture(scope="module")
+def settings():
+    base = load_settings()
+    lens = {**base.section("lens"), "scan_timeout_s": 6, "probe_timeout_s": 4}
+    return dataclasses.replace(base, sections={**base.sections, "lens": lens})
+
+
+def _scan(sites, dns_server, settings, conn, site):
+    return scan.scan(sites.url(site), settings, fetcher=site_fetcher(sites), dns=dns_server.client(),
+                     bot_views=False, conn=conn)
+
+
+def _stored(conn, sites, site) -> int | None:
+    row = conn.execute("SELECT length(payload) FROM lens_discovery_cache WHERE origin = ?",
+                       (sites.url(site).rstrip("/"),)).fetchone()
+    return row[0] if row else None
+
+
+def test_whole_documents_are_not_cached_what_was_read_from_them_is(sites, dns_server, settings, conn):
+    first = _scan(sites, dns_server, settings, conn, "fatdocs.test")
+    assert 0 < _stored(conn, sites, "fatdocs.test") < 128 * 1024
+    second = _scan(sites, dns_server, settings, conn, "fatdocs.test")
+    assert second["phases"]["discoveryCached"] and not first["phases"]["discoveryCached"]
+    for key in ("agentCard", "openapi", "aiPlugin", "apiCatalog"):
+        assert first["agent"][key] == second["agent"][key] and first["agent"][key]["present"], key
+    assert second["readiness"]["keyless"] == first["readiness"]["keyless"]
+    assert "1000 operation(s)" in first["readiness"]["keyless"]
+    rules = len(FAT_DOCS["/.well-known/tdmrep.json"])
+    assert second["terms"]["tdmrep"] == first["terms"]["tdmrep"]
+    assert first["terms"]["tdmrep"]["rules"] == rules and first["terms"]["tdmrep"]["reserved"] is True
+    assert second["readiness"] == first["readiness"]
+
+
+def test_a_discovery_result_over_the_size_cap_is_not_cached(sites, dns_server, settings, conn):
+    first = _scan(sites, dns_server, settings, conn, "fatrobots.test")
+    assert _stored(conn, sites, "fatrobots.test") is None
+    second = _scan(sites, dns_server, settings, conn, "fatrobots.test")
+    assert not second["phases"]["discoveryCached"]
+    assert first["terms"] == second["terms"] and first["terms"]["robotsPresent"]
+    assert {row["verdict"] for row in second["terms"]["scoreboard"]} == {"allow"}
+
+
+def test_the_caches_keep_their_newest_rows_only(conn):
+    """One caller scanning a new origin each time replaces the oldest rows instead of growing site.db."""
+    for n in range(cache.MAX_ROWS + 5):
+        cache.write(conn, cache.LEVELS, f"https://n{n}.example/", {"level": n % 6})
+    kept = [row[0] for row in conn.execute("SELECT url FROM lens_mode_cache ORDER BY fetched_at")]
+    assert len(kept) == cache.MAX_ROWS and kept[0] == "https://n5.example/" and kept[-1] == f"https://n{cache.MAX_ROWS + 4}.example/"
+    assert cache.read(conn, cache.LEVELS, kept[-1], hours=1) == {"level": (cache.MAX_ROWS + 4) % 6}
+
+
+def test_a_cached_result_of_another_shape_is_a_miss(sites, dns_server, settings, conn):
+    """Rows written before the cached shape changed are read as no cache, not as a crash."""
+    cache.write(conn, cache.DISCOVERY, sites.url("blog.test").rstrip("/"), {"probes": {}, "docs": {}})
+    obs = _scan(sites, dns_server, settings, conn, "blog.test")
+    assert obs["phases"]["discoveryCached"] is False and obs["readiness"]["level"] == 1
