@@ -10,6 +10,7 @@ malformed, huge, unexpected schema) so tests can inject each fault.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import secrets
 import select
@@ -20,6 +21,8 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+import trustme
 
 from servers import write_response
 
@@ -481,3 +484,18 @@ def make_settings(tmp_path, feeds: dict | None = None, access_log: str = ""):
     path = tmp_path / "site.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return load_settings(path)
+
+
+@contextlib.contextmanager
+def trusted_tls_ics(monkeypatch, body: str):
+    """An IcsServer over TLS whose test CA requests trusts (REQUESTS_CA_BUNDLE) inside the block."""
+    ca = trustme.CA()
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(tls)
+    server = IcsServer(body, tls=tls)
+    try:
+        with ca.cert_pem.tempfile() as bundle:
+            monkeypatch.setenv("REQUESTS_CA_BUNDLE", bundle)
+            yield server
+    finally:
+        server.close()

@@ -4,21 +4,19 @@ from __future__ import annotations
 import datetime as dt
 import signal
 import sqlite3
-import ssl
 import subprocess
 import sys
 import time
 from zoneinfo import ZoneInfo
 
 import pytest
-import trustme
 
 from siteapi import db
 from siteapi.config import ROOT
 from siteapi.feeds import FeedError
 from siteapi.feeds.coffee import availability, run_calendar
 from siteapi.web import ApiError
-from tests.feeds_servers import IcsServer, make_settings
+from tests.feeds_servers import IcsServer, make_settings, trusted_tls_ics
 
 NY = ZoneInfo("America/New_York")
 UTC = dt.timezone.utc
@@ -326,18 +324,10 @@ def test_a_rule_dateutil_cannot_compute_is_skipped_and_the_rest_kept(tmp_path, f
 
 def test_a_webcal_address_is_read_over_https(tmp_path, monkeypatch):
     """Calendar apps publish webcal://host/path, which means https://host/path."""
-    ca = trustme.CA()
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(tls)
-    server = IcsServer(OWNER_CALENDAR, tls=tls)
-    try:
-        with ca.cert_pem.tempfile() as bundle:
-            monkeypatch.setenv("REQUESTS_CA_BUNDLE", bundle)
-            monkeypatch.setenv("SITE_CALENDAR_ICS_URL", server.feed_url.replace("https://", "webcal://"))
-            settings = settings_for(tmp_path)
-            assert "8 busy intervals" in run_calendar(settings, now=NOW)
-    finally:
-        server.close()
+    with trusted_tls_ics(monkeypatch, OWNER_CALENDAR) as server:
+        monkeypatch.setenv("SITE_CALENDAR_ICS_URL", server.feed_url.replace("https://", "webcal://"))
+        settings = settings_for(tmp_path)
+        assert "8 busy intervals" in run_calendar(settings, now=NOW)
     assert [path for _, path, _ in server.requests] == ["/calendar.ics"]
     assert read(settings, NOW)["slots"]
 

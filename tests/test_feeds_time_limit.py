@@ -4,17 +4,15 @@ the proxy that HTTP_PROXY or HTTPS_PROXY names (which the playlist job uses too)
 from __future__ import annotations
 
 import datetime as dt
-import ssl
 import time
 
 import pytest
-import trustme
 
 from siteapi.feeds import FeedError
 from siteapi.feeds.coffee import run_calendar
 from siteapi.feeds.tracks import run_tracks
 from test_feeds_coffee import NOW, OWNER_CALENDAR, settings_for, stored_busy
-from tests.feeds_servers import BlackHole, ForwardProxy, IcsServer, SpotifyServer, make_settings
+from tests.feeds_servers import BlackHole, ForwardProxy, IcsServer, SpotifyServer, make_settings, trusted_tls_ics
 
 LIMIT = 2.0  # the calendar call's time limit in these tests
 SLACK = 1.5  # past the limit: the job's own work after the cut, on a busy machine
@@ -105,19 +103,11 @@ def test_calls_through_a_proxy_keep_their_deadline(tmp_path, feed, proxy, fault)
 
 
 def test_https_through_a_proxy_tunnel_keeps_its_deadline(tmp_path, monkeypatch, proxy):
-    ca = trustme.CA()
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(tls)
-    server = IcsServer(OWNER_CALENDAR, tls=tls)
-    try:
-        with ca.cert_pem.tempfile() as bundle:
-            monkeypatch.setenv("REQUESTS_CA_BUNDLE", bundle)
-            monkeypatch.setenv("SITE_CALENDAR_ICS_URL", server.feed_url)
-            assert "8 busy intervals" in run_calendar(settings_for(tmp_path), now=NOW - dt.timedelta(minutes=5))
-            server.fault = "drip-headers"
-            message, elapsed = timed_run(settings_for(tmp_path, calendar_timeout=LIMIT))
-    finally:
-        server.close()
+    with trusted_tls_ics(monkeypatch, OWNER_CALENDAR) as server:
+        monkeypatch.setenv("SITE_CALENDAR_ICS_URL", server.feed_url)
+        assert "8 busy intervals" in run_calendar(settings_for(tmp_path), now=NOW - dt.timedelta(minutes=5))
+        server.fault = "drip-headers"
+        message, elapsed = timed_run(settings_for(tmp_path, calendar_timeout=LIMIT))
     assert "took longer than its time limit" in message
     assert elapsed < LIMIT + SLACK and server.dripped < 100
     port = server.url.rsplit(":", 1)[1]
