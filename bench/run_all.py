@@ -1,6 +1,6 @@
 """Run every benchmark in one go and write bench/RESULTS.md from what each prints.
 
-    .venv/bin/python bench/run_all.py            # all of them (~10 minutes on 2 cores)
+    .venv/bin/python bench/run_all.py            # all of them (~20 minutes on 2 cores)
     .venv/bin/python bench/run_all.py search ask # some of them
 
 Each bench_<name>.py prints a Markdown section with its figures and the command that reproduces
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["search", "ask", "ask_fp32", "photos", "lens", "lens_scan", "ratelimit", "request_cost"]
+ORDER = ["search", "ask", "ask_fp32", "photos", "lens", "lens_scan", "ratelimit", "request_cost", "soak"]
 # Yardsticks, not dependencies, live here only: extruct for the lens, torch and the float32
 # MiniLM weights for the ask model.
 BENCH_VENV = HERE / ".venv"
