@@ -21,6 +21,7 @@ from typing import Any, Iterator, Mapping
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
+DATASETTE_PATH = "/data/"  # where Caddy mounts Datasette (its base_url); the Caddyfile says the same
 
 
 # Every policy a route or tool spends, (quota, window seconds); [rate] <name>_q / <name>_w override,

@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 from siteapi import db, demo_photos
-from siteapi.config import ROOT, SettingsError, load_settings
+from siteapi.config import DATASETTE_PATH, ROOT, SettingsError, load_settings
 
 PORT_VARIABLES = {"app": "SITE_PORT", "datasette": "DATASETTE_PORT", "caddy": "CADDY_PORT"}
 DEFAULT_PORTS = {"datasette": 8001, "caddy": 8080}  # the app's is settings.port (site.toml `port`, default 8000)
 
 DATASETTE_SETTINGS = {
-    "base_url": "/data/",
+    "base_url": DATASETTE_PATH,
     "sql_time_limit_ms": "1000",
     "max_returned_rows": "1000",
     "allow_download": "off",
@@ -131,7 +131,7 @@ def commands_and_env(settings, ports: dict[str, int], caddy: str | None) -> tupl
 
 def print_addresses(ports: dict[str, int]) -> None:
     print(f"\n  app        http://127.0.0.1:{ports['app']}/", flush=True)
-    print(f"  datasette  http://127.0.0.1:{ports['datasette']}/  (base_url /data/)")
+    print(f"  datasette  http://127.0.0.1:{ports['datasette']}/  (base_url {DATASETTE_PATH})")
     if "caddy" in ports:
         print(f"  caddy      http://127.0.0.1:{ports['caddy']}/  (the site, /data/ and /images/ through the edge)")
     else:

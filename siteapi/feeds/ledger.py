@@ -24,9 +24,9 @@ import zlib
 from pathlib import Path
 
 from siteapi import db
+from siteapi.config import DATASETTE_PATH
 from siteapi.feeds import FeedError, option
 from siteapi.feeds.crawlers import BY_KEY, counts_in_ledger, match_user_agent
-from siteapi.stack import DATASETTE_SETTINGS
 from siteapi.web import ApiError
 
 SCHEMA = """
@@ -53,7 +53,6 @@ CREATE TABLE IF NOT EXISTS ledger_state (
 FINGERPRINT_BYTES = 1024
 KEEP_DAYS = 400
 PATH_CAP = 300
-DATASETTE_PATH = DATASETTE_SETTINGS["base_url"]
 WINDOW_DAYS = 30
 
 
