@@ -62,6 +62,13 @@ CREATE TABLE IF NOT EXISTS page_vectors (
     model TEXT NOT NULL,
     vector BLOB NOT NULL
 );
+-- A new random number from every refresh that changes `page_vectors`, as photos_state is for the
+-- photo index: a site.db restored from a backup of another lineage can hold as many vectors under
+-- the same highest id as the file it replaced, and must not be served that file's matrix.
+CREATE TABLE IF NOT EXISTS page_vectors_state (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    generation INTEGER NOT NULL
+);
 """
 
 
@@ -212,6 +219,8 @@ def refresh_page_vectors(conn: sqlite3.Connection, settings=None) -> int:
             "INSERT INTO page_vectors(path, hash, model, vector) VALUES (?, ?, ?, ?)",
             [(p["path"], p["hash"], PAGE_REPRESENTATION, v.tobytes()) for p, v in zip(stale, vectors)],
         )
+        conn.execute("INSERT INTO page_vectors_state (id, generation) VALUES (1, random()) "
+                     "ON CONFLICT (id) DO UPDATE SET generation = excluded.generation")
     return len(stale)
 
 
@@ -226,12 +235,14 @@ _matrices_lock = threading.Lock()
 
 
 def page_matrix(conn: sqlite3.Connection) -> PageMatrix:
-    """Every cached page vector as one matrix, reloaded only when `page_vectors` changed.
-    Rows are only ever deleted and inserted with AUTOINCREMENT ids, so (count, max id) changes
-    with every write."""
+    """Every cached page vector as one matrix, reloaded only when `page_vectors` changed: the
+    refresh's random generation tells files of different lineages apart, and (count, max id) any
+    write that bypassed the refresh, since rows are only ever deleted and inserted with
+    AUTOINCREMENT ids."""
     database = conn.execute("PRAGMA database_list").fetchone()["file"]
-    # Both answered from indexes (count from the small path index, max from the rowid): no blob is read.
-    version = tuple(conn.execute("SELECT count(*), max(id) FROM page_vectors").fetchone())
+    # Answered from indexes (count from the small path index, max from the rowid): no blob is read.
+    version = tuple(conn.execute("SELECT (SELECT generation FROM page_vectors_state WHERE id = 1), "
+                                 "count(*), max(id) FROM page_vectors").fetchone())
     cached = _matrices.get(database)
     if cached and cached[0] == version:
         return cached[1]

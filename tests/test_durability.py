@@ -33,7 +33,7 @@ import requests
 
 import jobs
 from app import make_app
-from conftest import ROOT
+from conftest import ROOT, build_site, make_settings
 from feeds_servers import FirmServer, IcsServer, SpotifyServer, _toml_value
 from servers import accepts, running, serve_wsgi
 from test_stack_e2e import free_port
@@ -684,6 +684,37 @@ def test_a_backup_restored_under_the_running_app_is_what_the_photo_query_serves(
             f"SELECT stem FROM photos {photos.ORDER_SQL}")] and after["total"] == 3
         found = requests.get(f"{base}/photos/query.json", params={"q": gone.stem}, timeout=30).json()
         assert [photo["stem"] for photo in found["photos"]] == [gone.stem]
+
+
+
+def test_a_backup_restored_under_the_running_app_is_what_ask_ranks(tmp_path):
+    """The app keeps the /ask page matrix in memory per process. Both files below were built from
+    empty by one content run over three pages, so they hold as many vectors under the same highest
+    id, and the old matrix would be served until the next content change."""
+    def lineage(name: str, third: tuple[str, str]):
+        content = tmp_path / name / "content"
+        content.mkdir(parents=True)
+        pages = {"coffee": ("/coffee", "Book a coffee", "Pick a slot and we meet for espresso in Greenpoint."),
+                 "privacy": ("/privacy", "Privacy", "The server keeps an access log and sets no cookies."),
+                 third[0]: (f"/{third[0]}", third[0].title(), third[1])}
+        for stem, (path, title, text) in pages.items():
+            (content / f"{stem}.md").write_text(f"---\ntitle: {title}\ndescription: {title}.\nkind: page\n"
+                                                f"path: {path}\n---\n\n{text}\n", encoding="utf-8")
+        settings = make_settings(tmp_path / name, content_dir=content)
+        build_site(settings)
+        return settings
+
+    backup = lineage("backup", ("garage", "I rebuilt the four carburetors of the Honda CB550 with new jets."))
+    current = lineage("current", ("sourdough", "My starter, the flour I use and how long the dough proofs."))
+    question = {"query": "how did the motorcycle carburetor rebuild go", "streaming": "0"}
+    with serve_wsgi(make_app(current).wsgi) as base:
+        before = requests.get(f"{base}/ask", params=question, timeout=30).json()
+        assert before["_meta"]["ranking"] == "model:minilm-l6-v2-int8"
+        assert not any(r["url"].endswith("/garage") for r in before["results"])
+        copy_database(backup.db_path, current.db_path)
+        after = requests.get(f"{base}/ask", params=question, timeout=30).json()
+        assert after["_meta"]["ranking"] == "model:minilm-l6-v2-int8"
+        assert after["results"][0]["url"] == "https://aadhar.sh/garage"
 
 
 def test_a_read_only_site_db_fails_the_jobs_and_they_recover_once_it_is_writable():
