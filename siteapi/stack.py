@@ -1,11 +1,13 @@
 """`make run`: build site.db on first run, then start the app (waitress), Datasette, the job
 scheduler and, when `caddy` is on PATH, Caddy in front of both; print the addresses; Ctrl-C stops
-every process it started. It starts nothing while another `make run` serves the same site.db or
-one of its ports is taken, and says which.
+every process it started, and each of them stops by itself should `make run` be killed outright.
+It starts nothing while another `make run` serves the same site.db or one of its ports is taken,
+and says which.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import shutil
@@ -19,6 +21,7 @@ from pathlib import Path
 from siteapi import db, demo_photos
 from siteapi.config import DATASETTE_PATH, ROOT, SettingsError, load_settings
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PORT_VARIABLES = {"app": "SITE_PORT", "datasette": "DATASETTE_PORT", "caddy": "CADDY_PORT"}
 DEFAULT_PORTS = {"datasette": 8001, "caddy": 8080}  # the app's is settings.port (site.toml `port`, default 8000)
 
@@ -124,9 +127,22 @@ def commands_and_env(settings, ports: dict[str, int], caddy: str | None) -> tupl
                     "CADDY_ADMIN": os.environ.get("CADDY_ADMIN", "off"),
                     "SITE_IMAGES_DIR": str(settings.images_dir),
                     "SITE_ORIGINALS_PUBLIC": "true" if settings.originals_public else "false",
-                    "SITE_ACCESS_LOG": str(access_log)})
+                    "SITE_ACCESS_LOG": str(access_log),
+                    # Caddy's autosaved config and its data beside the access log, not in the user's home.
+                    "XDG_CONFIG_HOME": str(access_log.parent / "caddy"), "XDG_DATA_HOME": str(access_log.parent / "caddy")})
         commands["caddy"] = [caddy, "run", "--config", str(ROOT / "Caddyfile"), "--adapter", "caddyfile"]
     return commands, env
+
+
+def stop_with_parent(parent: int):
+    """A child's preexec_fn: SIGTERM it when `make run` dies, even by SIGKILL, which no handler of
+    ours can catch (Linux's PR_SET_PDEATHSIG, kept across exec). Set after the fork, so a parent that
+    died in between has already left the child to another parent: then it does not start."""
+    def arm():
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(1)
+    return arm
 
 
 def print_addresses(ports: dict[str, int]) -> None:
@@ -172,7 +188,7 @@ def start() -> int:
         procs: dict[str, subprocess.Popen] = {}
         try:
             for name, cmd in commands.items():
-                procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env)
+                procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, preexec_fn=stop_with_parent(os.getpid()))
             print_addresses(ports)
             return watch(procs)
         finally:

@@ -186,6 +186,42 @@ def test_every_server_listens_on_loopback_only(stack):
         assert listening_addresses(port) == {"0100007F"}, port
 
 
+
+def running_pid(pid: int) -> bool:
+    """The process exists and has not exited (an orphan's zombie waits for a reaper that may never come)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@needs_caddy
+def test_a_killed_make_run_leaves_no_process_behind(stack, tmp_path):
+    """SIGKILL reaches no handler of `make run`, so its children notice their parent's death themselves."""
+    with contextlib.closing(sqlite3.connect(stack["tmp"] / "site.db")) as built, \
+            contextlib.closing(sqlite3.connect(tmp_path / "site.db")) as copy:
+        built.backup(copy)  # a built site.db: the first-run build is not what this is about
+    ports = stack_ports()
+    proc = subprocess.Popen([sys.executable, "-m", "siteapi.stack"], cwd=ROOT, env=stack_env(tmp_path, ports),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_for(f"http://127.0.0.1:{ports['CADDY_PORT']}/robots.txt", timeout=120)
+        started = children(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(started) == 4  # the app, Datasette, the scheduler and Caddy
+    deadline = time.monotonic() + 60  # a guard against a child that never stops; nothing is timed
+    while any(map(running_pid, started)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in started if running_pid(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left
+    # Caddy kept its autosaved config beside the access log, not under the user's configuration folder
+    assert (tmp_path / "caddy" / "caddy" / "autosave.json").exists() and not (tmp_path / "xdg-config" / "caddy").exists()
+
+
 @needs_caddy
 def test_a_second_make_run_on_the_same_site_db_starts_nothing(stack):
     """On ports of its own, so only the first stack's hold on site.db can stop it: it would race the
