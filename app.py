@@ -15,7 +15,7 @@ from contextlib import closing, nullcontext
 
 import bottle
 
-from siteapi import agentdocs, ask, botauth, db, openapi, pages, photos, resume, serving
+from siteapi import agentdocs, ask, botauth, db, openapi, pages, photos, resume, resume_pdf, serving
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import markdown
 from siteapi.feeds import around, coffee, ledger, tracks
@@ -63,6 +63,11 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     def resume_as_markdown():
         return with_etag(pages.markdown_reply(
             resume.markdown(json.loads(stored_resume()), settings.url("/resume.json")), cache=RESUME_CACHE))
+
+    def resume_as_pdf():
+        return with_etag(Reply(resume_pdf.render(stored_resume(), settings.url("/resume.json")),
+                               content_type="application/pdf", cache=RESUME_CACHE,
+                               headers={"Content-Disposition": 'inline; filename="resume.pdf"'}))
 
     def ask_site():
         method = bottle.request.method.upper()
@@ -235,6 +240,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/ask", ask_site, methods=("GET", "POST"), cache=NO_STORE)
     R("/resume.json", resume_as_json)
     R("/resume.md", resume_as_markdown)
+    R("/resume.pdf", resume_as_pdf)
     R("/photos/query.json", photo_query)
     R("/images/manifest.json", photo_manifest)
     R("/images/<path:path>", image_file, cache=photos.THUMBNAIL_CACHE, may_not_exist=True)

@@ -101,6 +101,9 @@ def curl_example(settings, path: str, method: str, op: dict) -> str:
     if method == "post" and body is not None:
         return (f"curl -s -X POST {shlex.quote(url)} -H 'Content-Type: application/json' "
                 f"-d {shlex.quote(json.dumps(body))}")
+    media = op["responses"].get("200", {}).get("content", {}).values()
+    if any(m.get("schema", {}).get("format") == "binary" for m in media):  # curl will not print it to a terminal
+        return f"curl -s -o {shlex.quote(Path(path).name)} {shlex.quote(url)}"
     return f"curl -s {shlex.quote(url)}"
 
 

@@ -209,8 +209,9 @@ def wants_markdown(accept: str) -> bool:
 
 def error_format(path: str, accept: str) -> str:
     """'json', 'markdown' or 'html' for an error page, by Accept and by what the path asks for: an
-    API-like path (`.json`, /api/, /v1/, and /images/, whose clients are programs and <img> tags)
-    answers JSON and a `.md` path (a Markdown twin, a SKILL.md) Markdown, unless HTML is asked for."""
+    API-like path (`.json`, /api/, /v1/; /images/ and `.pdf`, whose clients are programs, <img> tags
+    and PDF viewers) answers JSON and a `.md` path (a Markdown twin, a SKILL.md) Markdown, unless
+    HTML is asked for."""
     q = accept_q(accept)
     html_q = max(q.get("text/html", 0.0), q.get("application/xhtml+xml", 0.0))
     json_q = q.get("application/json", 0.0)
@@ -221,7 +222,7 @@ def error_format(path: str, accept: str) -> str:
     if html_q == 0:
         if path.endswith(".md"):
             return "markdown"
-        if path.endswith(".json") or path.startswith(("/api/", "/v1/", "/images/")) or path in ("/api", "/v1"):
+        if path.endswith((".json", ".pdf")) or path.startswith(("/api/", "/v1/", "/images/")) or path in ("/api", "/v1"):
             return "json"
     if "text/html" not in q:  # the most specific range that covers it decides (RFC 9110 12.5.1)
         html_q = max(html_q, q.get("text/*", q.get("*/*", 0.0)))
