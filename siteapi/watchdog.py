@@ -3,16 +3,20 @@ deadline passes, waking any read blocked on one. A socket's own read timeout res
 byte, so a server that drips its answer would otherwise hold the reader as long as it likes.
 
 A thread installs one for a block with `watching(deadline)`; connections built on
-`WatchedConnection` (and anything calling `watch_current`) hand their sockets to it. Used by the
-lens fetcher and by the feed jobs' HTTP session.
+`WatchedConnection` (and anything calling `watch_current`) hand their sockets to it, and are given
+no more than its time left to connect, name lookup included. Used by the lens fetcher and by the
+feed jobs' HTTP session.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import socket
 import threading
 import time
+
+import urllib3
 
 
 class Watchdog:
@@ -68,18 +72,42 @@ def watch_current(sock: socket.socket | None) -> None:
 
 class WatchedConnection:
     """Mixin for a urllib3 connection class: each socket it opens is watched by the thread's Watchdog,
-    and its connect given no more than the Watchdog's time left."""
+    and its connect, name lookup included, given no more than the Watchdog's time left."""
 
     def _new_conn(self):
         watchdog = getattr(_current, "watchdog", None)
-        if watchdog is not None:
-            # Until it connects, a socket is not the Watchdog's to shut down: its connect timeout
-            # (a redirect hop's full one) would run on past the deadline.
-            left = max(watchdog.remaining(), 0.001)
-            self.timeout = min(self.timeout, left) if isinstance(self.timeout, (int, float)) else left
-        sock = super()._new_conn()
-        watch_current(sock)
+        if watchdog is None:
+            return super()._new_conn()
+        # Until it connects, a socket is not the Watchdog's to shut down, and before that the name
+        # lookup (getaddrinfo) can be neither interrupted nor timed: a name server that never answers
+        # holds it for resolv.conf's timeout times its attempts, per server and search domain. So the
+        # connect runs in a worker waited for the time left, and gets no more than that itself (not a
+        # redirect hop's full connect timeout), should it outlive the wait.
+        left = max(watchdog.remaining(), 0.001)
+        self.timeout = min(self.timeout, left) if isinstance(self.timeout, (int, float)) else left
+        connected = concurrent.futures.Future()
+        threading.Thread(target=_connect, args=(super()._new_conn, connected), daemon=True).start()
+        concurrent.futures.wait([connected], timeout=left)
+        if connected.cancel():  # still looking up or connecting
+            raise urllib3.exceptions.ConnectTimeoutError(
+                self, f"Connecting to {self.host} took longer than the {left:.3g} s left of the time limit.")
+        sock = connected.result()
+        watchdog.watch(sock)
         return sock
+
+
+def _connect(new_conn, connected: concurrent.futures.Future) -> None:
+    """Settle `connected` with what `new_conn()` returns or raises; close a socket come too late."""
+    try:
+        sock = new_conn()
+    except Exception as exc:
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            connected.set_exception(exc)
+        return
+    try:
+        connected.set_result(sock)
+    except concurrent.futures.InvalidStateError:  # cancelled: the caller has given up on it
+        sock.close()
 
 
 @contextlib.contextmanager

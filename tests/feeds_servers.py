@@ -1,7 +1,7 @@
 """Loopback servers speaking the outside protocols the feeds read: the Spotify Web API (token
 endpoint, playlist with paginated items, several artists by id), an ICS calendar feed, and firm
 homepages with robots.txt; and the network between: an HTTP proxy (what HTTP_PROXY and HTTPS_PROXY
-name) and a black hole (a port whose connects hang).
+name), a black hole (a port whose connects hang) and a name server that never answers.
 
 Each server runs a real ThreadingHTTPServer on 127.0.0.1 in a thread (over TLS when given an
 ssl context); `fault` switches it into a failure mode (500, slow, dripping body or headers,
@@ -453,6 +453,42 @@ class BlackHole:
     def close(self):
         for sock in (*self.fillers, self.listener):
             sock.close()
+
+
+class SilentNameServer:
+    """A DNS server on port 53 of a loopback address (127.0.53.n, the first free; binding port 53
+    needs root) that reads every query and answers none, as a resolver whose upstream is down.
+    `names` lists the names asked, as they come."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for n in range(1, 255):
+            with contextlib.suppress(OSError):
+                self.sock.bind((f"127.0.53.{n}", 53))
+                break
+        else:
+            raise OSError("No 127.0.53.n address has port 53 free.")
+        self.address = self.sock.getsockname()[0]
+        self.names: list[str] = []
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._listen, daemon=True)
+        self.thread.start()
+
+    def _listen(self) -> None:
+        while not self.closed.is_set():
+            if not select.select([self.sock], [], [], 0.05)[0]:
+                continue
+            query = self.sock.recv(512)
+            labels, at = [], 12  # the question's name follows the 12-byte header, label by label
+            while at < len(query) and query[at]:
+                labels.append(query[at + 1:at + 1 + query[at]].decode("ascii", "replace"))
+                at += 1 + query[at]
+            self.names.append(".".join(labels))
+
+    def close(self):
+        self.closed.set()
+        self.thread.join()
+        self.sock.close()
 
 
 def _toml_value(value) -> str:

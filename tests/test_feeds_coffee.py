@@ -437,3 +437,71 @@ def test_an_all_day_event_blocks_its_whole_utc_day(tmp_path, feed, end):
     assert days["2027-03-15"] == GRID + ["18:00", "18:45", "19:30"]  # the 19:30 slot ends as the UTC day begins
     assert days["2027-03-16"] == evening
     assert days["2027-03-17"] == GRID + ["18:00", "18:45", "19:30"] + evening
+
+
+GOOD = event("good", "DTSTART:20270311T170000Z", "DTEND:20270311T173000Z")
+# An event giving a property it may give once (RFC 5545) two values, beside the GOOD one.
+TWO_VALUES = {
+    "start": ("DTSTART:20270312T150000Z", "DTSTART:20270312T180000Z", "DTEND:20270312T160000Z"),
+    "end": ("DTSTART:20270312T150000Z", "DTEND:20270312T160000Z", "DTEND:20270312T170000Z"),
+    "duration": ("DTSTART:20270312T150000Z", "DURATION:PT1H", "DURATION:PT2H"),
+    "uid": ("UID:other@google.com", "DTSTART:20270312T150000Z", "DTEND:20270312T160000Z"),
+    "status": ("DTSTART:20270312T150000Z", "DTEND:20270312T160000Z", "STATUS:CONFIRMED", "STATUS:CANCELLED"),
+}
+
+
+@pytest.mark.parametrize("lines", TWO_VALUES.values(), ids=TWO_VALUES.keys())
+def test_an_event_giving_two_values_for_one_is_skipped_and_the_rest_kept(tmp_path, feed, lines):
+    """Some exporters repeat DTSTART. An event with two starts (or ends, durations, UIDs) failed the
+    whole calendar, which then kept its last busy list however old (and one with two STATUSes, one
+    of them CANCELLED, blocked its time); which value is meant cannot be known, so the event is
+    skipped like any other unreadable one."""
+    settings = settings_for(tmp_path)
+    feed.ics = calendar(event("twice", *lines), GOOD)
+    assert "1 busy intervals" in run_calendar(settings, now=NOW)
+    assert stored_busy(settings) == [("2027-03-11T17:00:00Z", "2027-03-11T17:30:00Z")]
+
+
+def test_an_override_moved_from_two_times_is_skipped_and_its_series_kept(tmp_path, feed):
+    settings = settings_for(tmp_path)
+    feed.ics = calendar(event("daily", *DAILY), GOOD)
+    run_calendar(settings, now=NOW)
+    expected = stored_busy(settings)
+    feed.ics = calendar(event("daily", *DAILY), GOOD,
+                        event("daily", MOVED, "RECURRENCE-ID;TZID=America/New_York:20270314T100000",
+                              "DTSTART;TZID=America/New_York:20270313T190000",
+                              "DTEND;TZID=America/New_York:20270313T200000"))
+    run_calendar(settings, now=NOW + dt.timedelta(minutes=5))
+    assert stored_busy(settings) == expected  # the 13th and 14th stay where the series puts them
+
+
+def test_an_event_giving_the_same_start_twice_is_read_once(tmp_path, feed):
+    settings = settings_for(tmp_path)
+    feed.ics = calendar(event("twice", "DTSTART:20270312T150000Z", "DTSTART:20270312T150000Z",
+                              "DTEND:20270312T160000Z", "DTEND:20270312T160000Z"), GOOD)
+    run_calendar(settings, now=NOW)
+    assert stored_busy(settings) == [("2027-03-11T17:00:00Z", "2027-03-11T17:30:00Z"),
+                                     ("2027-03-12T15:00:00Z", "2027-03-12T16:00:00Z")]
+
+
+LONG_EVENTS = {
+    "1500-years": ("DTSTART:20000101T000000Z", "DTEND:35000101T000000Z"),  # shorter than the time since year 1
+    "2100-years": ("DTSTART:20000101T000000Z", "DTEND:41000101T000000Z"),
+    "2100-years-all-day": ("DTSTART;VALUE=DATE:20000101", "DTEND;VALUE=DATE:41000101"),
+    "2100-years-by-duration": ("DTSTART;TZID=America/New_York:20000101T000000", "DURATION:P766000D"),
+    "2100-years-every-year": ("DTSTART:20000101T000000Z", "DTEND:41000101T000000Z", "RRULE:FREQ=YEARLY"),
+    "since-year-5": ("DTSTART:00050101T000000Z", "DTEND:41000101T000000Z"),
+}
+
+
+@pytest.mark.parametrize("lines", LONG_EVENTS.values(), ids=LONG_EVENTS.keys())
+def test_an_event_lasting_thousands_of_years_blocks_every_slot(tmp_path, feed, lines):
+    """recurring-ical-events looks back one event's length before the window for an occurrence still
+    running into it: past year 1 for an event longer than the some 2,000 years since, and the
+    event blocked nothing."""
+    settings = settings_for(tmp_path)
+    feed.ics = calendar(event("forever", *lines), GOOD)
+    assert "1 busy intervals" in run_calendar(settings, now=NOW)
+    [(start, end)] = stored_busy(settings)
+    assert start < "2000-01-01T05:00:01Z" and end > "3500"
+    assert read(settings, NOW)["slots"] == []

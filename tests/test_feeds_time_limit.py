@@ -1,18 +1,24 @@
 """One deadline for a whole feed call (siteapi.feeds.session and time_limit), proved on the calendar
-job against loopback servers: every redirect hop, the connect of each hop, and calls made through
-the proxy that HTTP_PROXY or HTTPS_PROXY names (which the playlist job uses too)."""
+job against loopback servers: every redirect hop, the name lookup and connect of each hop, and
+calls made through the proxy that HTTP_PROXY or HTTPS_PROXY names (which the playlist job uses too)."""
 from __future__ import annotations
 
 import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
 import time
 
 import pytest
 
+from siteapi.config import ROOT
 from siteapi.feeds import FeedError
 from siteapi.feeds.coffee import run_calendar
 from siteapi.feeds.tracks import run_tracks
 from test_feeds_coffee import NOW, OWNER_CALENDAR, settings_for, stored_busy
-from tests.feeds_servers import BlackHole, ForwardProxy, IcsServer, SpotifyServer, make_settings, trusted_tls_ics
+from tests.feeds_servers import (BlackHole, ForwardProxy, IcsServer, SilentNameServer, SpotifyServer, make_settings,
+                                 trusted_tls_ics)
 
 LIMIT = 2.0  # the calendar call's time limit in these tests
 SLACK = 1.5  # past the limit: the job's own work after the cut, on a busy machine
@@ -64,6 +70,47 @@ def test_a_hop_whose_connect_hangs_gets_only_the_time_left(tmp_path, feed):
         hole.close()
     assert "took longer than its time limit" in message
     assert elapsed < 4.0 + SLACK
+
+
+# The calendar job in a child, printing how long it took and the FeedError it raised.
+CALENDAR_JOB = """
+import sys, time
+from siteapi.config import load_settings
+from siteapi.feeds import FeedError
+from siteapi.feeds.coffee import run_calendar
+
+started = time.monotonic()
+try:
+    run_calendar(load_settings(sys.argv[1]))
+except FeedError as exc:
+    print(f"{time.monotonic() - started:.2f} {exc}")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="a child gets its own /etc/resolv.conf in a mount namespace: root and unshare(1)")
+def test_a_name_lookup_that_hangs_gets_only_the_time_left(tmp_path):
+    """getaddrinfo can be neither interrupted nor given a timeout, and a name server that never
+    answers holds it for resolv.conf's timeout times its attempts, per server and search domain: the
+    job was held for all of that past its 2 s limit (8 s here; 10 s with glibc's defaults and one
+    server). It runs in a child whose /etc/resolv.conf names a loopback server that never answers."""
+    dns = SilentNameServer()
+    resolv_conf = tmp_path / "resolv.conf"
+    resolv_conf.write_text(f"nameserver {dns.address}\noptions timeout:8 attempts:1\n")
+    settings_for(tmp_path, calendar_timeout=LIMIT)  # writes tmp_path / "site.toml"
+    env = {name: value for name, value in os.environ.items() if "proxy" not in name.lower()}
+    env["SITE_CALENDAR_ICS_URL"] = "http://calendar.feeds.test/calendar.ics"
+    try:
+        child = subprocess.run(["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"',
+                                resolv_conf, sys.executable, "-c", CALENDAR_JOB, tmp_path / "site.toml"],
+                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        dns.close()
+    assert child.returncode == 0, child.stderr
+    elapsed, _, message = child.stdout.strip().partition(" ")
+    assert "took longer than its time limit" in message
+    assert float(elapsed) < LIMIT + SLACK
+    assert "calendar.feeds.test" in dns.names  # the lookup was a real one, asked of the silent server
 
 
 def test_calls_go_through_the_proxy_the_environment_names(tmp_path, feed, proxy):

@@ -8,9 +8,10 @@ The jobs that read the network (tracks, coffee) make their calls through `sessio
 `time_limit(deadline)`: a socket's read timeout restarts with every byte, so a server that drips
 its status line and headers (http.client reads a hundred header lines of 64 KB) would otherwise
 hold a job for days; at the deadline the limit shuts the call's sockets down. That holds for the
-whole call: every redirect hop's connection, and the connections to an http(s):// proxy named by
-HTTP_PROXY or HTTPS_PROXY (honoured, as requests does, for an owner whose server reaches out only
-through one).
+whole call: every redirect hop's connection, its name lookup included (a name server that never
+answers would hold getaddrinfo for as long as resolv.conf says), and the connections to an
+http(s):// proxy named by HTTP_PROXY or HTTPS_PROXY (honoured, as requests does, for an owner whose
+server reaches out only through one).
 """
 from __future__ import annotations
 
@@ -103,8 +104,8 @@ def time_limit(deadline: float, what: str):
     """Within the block, this thread's calls through a `session()` are cut off at `deadline` (a
     time.monotonic() value). Once the deadline has passed, the block raises FeedError saying `what`
     took too long, whether the cut broke a read or ended it early (http.client takes the end of the
-    stream for the end of the headers, or of a body without a length), or a connect given only the
-    time left timed out a moment before the cut."""
+    stream for the end of the headers, or of a body without a length), or a connect (name lookup
+    included) given only the time left timed out a moment before the cut."""
     with watching(deadline) as watchdog:
         try:
             yield

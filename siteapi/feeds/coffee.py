@@ -5,8 +5,10 @@ webcal:// one calendar apps publish, which means https://; any other scheme is r
 recurring events (RRULE, EXDATE, RECURRENCE-ID overrides) with recurring-ical-events, skips
 cancelled and transparent (free) events, and stores only start/end instants, never titles. All-day
 events block their whole UTC day (REFERENCE.md); floating times are read in the host's time zone.
-An event whose rule is broken, or whose times lie too near year 1 or 9999 to move between zones,
-is skipped; the rest of the calendar still counts.
+An event whose rule is broken, whose times lie too near year 1 or 9999 to move between zones, or
+that gives two values for a property it may give once (two DTSTARTs, say: which is meant cannot
+be known; the same value twice is read once) is skipped; the rest of the calendar still counts.
+However long an event lasts (since 2000 until 4100, say), it blocks what it overlaps.
 The expansion runs in a child process under a time limit (`[feeds] calendar_expand_seconds`, 30)
 and a memory limit (`calendar_expand_mb`, 512): dateutil spends seconds on each rule that never
 matches or is hourly since centuries ago, and an event repeated thousands of times can take
@@ -63,6 +65,7 @@ FRESH_SECONDS = 360  # one job interval plus a minute of slack
 # an event's other properties (a thousand X- lines, say) would be copied for each of them.
 EVENT_PROPERTIES = frozenset({"UID", "DTSTART", "DTEND", "DURATION", "RRULE", "RDATE", "EXDATE", "RECURRENCE-ID",
                               "SEQUENCE", "STATUS", "TRANSP"})
+ONCE_ONLY = EVENT_PROPERTIES - {"RRULE", "RDATE", "EXDATE"}  # RFC 5545 lets an event give these once
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 UTC = dt.timezone.utc
 # The expansion moves times between zones (UTC ones into the calendar's X-WR-TIMEZONE, EXDATEs into
@@ -146,6 +149,19 @@ def _event_out_of_reach(event, zone: ZoneInfo) -> bool:
     return any(_out_of_reach(value, zone) for value in values)
 
 
+def _one_value_each(event) -> bool:
+    """Whether an event gives each ONCE_ONLY property one value; the same value repeated (some
+    exporters repeat DTSTART) is kept once. icalendar hands a property given twice back as a list,
+    on which the expansion fails the whole calendar."""
+    for name in ONCE_ONLY:
+        values = event.get(name)
+        if isinstance(values, list):
+            if any(value != values[0] for value in values):
+                return False
+            event[name] = values[0]
+    return True
+
+
 def _drop_dates_out_of_reach(event, zone: ZoneInfo) -> None:
     for name in ("RDATE", "EXDATE"):
         lists = event.get(name, [])
@@ -175,6 +191,17 @@ class _SkipBrokenSeries(recurring_ical_events.CalendarQuery):
     suppressed_errors = [*recurring_ical_events.CalendarQuery.suppressed_errors, ValueError, TypeError, OverflowError]
 
 
+class _LongEventSeries(recurring_ical_events.Series):
+    """A series that looks back no further than EARLIEST for occurrences still running into the window.
+    recurring-ical-events looks back one event's length (`_subtract_from_start`): past year 1 for an
+    event longer than the some 2,000 years since, an OverflowError that skipped the event. Nothing
+    starts before EARLIEST (such an event is skipped first), so looking back to it misses nothing."""
+
+    def rrule_between(self, span_start, span_stop):
+        self._subtract_from_start = min(self._subtract_from_start, span_start - EARLIEST)
+        return super().rrule_between(span_start, span_stop)
+
+
 def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datetime) -> list[tuple[int, int]]:
     """Busy (start_ms, end_ms) pairs between `start` and `end`, merged and sorted. Raises FeedError.
 
@@ -191,7 +218,7 @@ def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datet
     # An event without a start has no time to block, and recurring_ical_events fails the whole feed on it.
     for component in calendar.walk():
         component.subcomponents = [c for c in component.subcomponents if c.name != "VEVENT" or (
-            c.get("DTSTART") is not None and not _event_out_of_reach(c, zone))]
+            _one_value_each(c) and c.get("DTSTART") is not None and not _event_out_of_reach(c, zone))]
         if component.name == "VEVENT":
             for name in set(component) - EVENT_PROPERTIES:
                 del component[name]
@@ -199,7 +226,8 @@ def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datet
             component.subcomponents = []  # alarms
     spans = []
     try:
-        for event in recurring_ical_events.of(calendar, skip_bad_series=True,
+        events = [recurring_ical_events.ComponentsWithName("VEVENT", series=_LongEventSeries)]
+        for event in recurring_ical_events.of(calendar, components=events, skip_bad_series=True,
                                               calendar_query=_SkipBrokenSeries).between(start, end):
             if str(event.get("STATUS", "")).upper() == "CANCELLED":
                 continue
@@ -323,7 +351,8 @@ def run_calendar(settings, now: dt.datetime | None = None) -> str:
     window_end = now + r["horizon"] + EXPAND_MARGIN
     spans = expand(fetch_ics(url, r["timeout"]), zone, now - dt.timedelta(days=1), window_end,
                    r["expand_seconds"], r["expand_mb"])
-    iso = lambda ms: dt.datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # isoformat, not strftime: glibc's %Y writes year 5 as "5"
+    iso = lambda ms: dt.datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     conn = db.writer(settings.db_path)
     try:
         with db.transaction(conn):
