@@ -22,7 +22,7 @@ from siteapi.feeds import around, coffee, ledger, tracks
 from siteapi.lens import census, cloudflare, observe, scan
 from siteapi.lens.fetch import Fetcher, fetcher_from_settings
 from siteapi.mcp import McpServer
-from siteapi.ratelimit import RateLimiter, lens_work_slots
+from siteapi.ratelimit import RateLimiter, lens_target_budget, lens_work_slots
 from siteapi.search import search_endpoint
 from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller,
                          etag_matches, header, params, wants_markdown, with_etag)
@@ -38,6 +38,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     """The site; `fetcher` replaces the lens's production fetcher (tests aim it at loopback sites)."""
     fetcher = fetcher or fetcher_from_settings(settings)
     limiter = RateLimiter(settings.rates, settings.rate_storage)
+    lens_budget = lens_target_budget(settings)  # fresh lens scans of one host, whoever asks
     site = Site(settings, limiter, lambda fmt, body, path: pages.render_error(settings, fmt, body, path),
                 lambda path: suggest(path))
 
@@ -151,15 +152,16 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                 raise ApiError(400, "mode accepts only cloudflare (that CDN's agent-readiness level); leave it out "
                                "for the full observation.", code="bad_mode", ok=False, parameter="mode")
             with lens_cache() as cache:
-                return cloudflare.level(url, settings, conn=cache, fetcher=fetcher)
+                return cloudflare.level(url, settings, conn=cache, fetcher=fetcher, budget=lens_budget)
         if phases is not None:
-            return observe.inspect(url, settings, phases, fetcher=fetcher)
+            return observe.inspect(url, settings, phases, fetcher=fetcher, budget=lens_budget)
         with lens_cache() as cache:  # the per-origin discovery cache
-            return scan.scan(url, settings, fetcher=fetcher, conn=cache, bot_views=query.get("botViews") != "0")
+            return scan.scan(url, settings, fetcher=fetcher, conn=cache, bot_views=query.get("botViews") != "0",
+                             budget=lens_budget)
 
     def lens_compare():
         query = params()
-        return scan.compare(query.get("left"), query.get("right"), settings, fetcher=fetcher)
+        return scan.compare(query.get("left"), query.get("right"), settings, fetcher=fetcher, budget=lens_budget)
 
     def lens_census():
         return census.census(conn(), settings)
@@ -253,7 +255,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/lens/fetch", lens_fetch, policy="inspect", cache=NO_STORE, error_fields=NOT_OK, slots=lens_slots)
     R("/lens/compare.json", lens_compare, policy="compare", cache=NO_STORE, error_fields=NOT_OK, slots=lens_slots)
     R("/lens/census.json", lens_census, cache="public, max-age=300, s-maxage=900", error_fields=NOT_OK)
-    mcp = McpServer(site, settings, fetcher=fetcher, slots=lens_slots)
+    mcp = McpServer(site, settings, fetcher=fetcher, slots=lens_slots, budget=lens_budget)
     R("/mcp", mcp.handle, methods=("POST",), cache=NO_STORE)
     R("/mcp/server-card", mcp.draft_card_reply)
     R("/.well-known/agent-card.json",

@@ -263,6 +263,7 @@ def check_sections(settings: Settings) -> None:
     around.roster(settings)
     ledger.options(settings)
     ratelimit.lens_work_slots(settings)
+    ratelimit.lens_target_budget(settings)
     for name, table in watched.items():
         for key in table:
             if key not in table.asked:

@@ -109,7 +109,7 @@ def unsupported(requested) -> RpcError:
 class McpServer:
     """The registry plus the protocol; `handle` is the POST /mcp route handler."""
 
-    def __init__(self, site, settings, fetcher, slots):
+    def __init__(self, site, settings, fetcher, slots, budget):
         self.settings = settings
         doc = openapi.load()
         self.info = {"name": settings.site_name, "title": f"{settings.site_name} MCP server",
@@ -120,7 +120,7 @@ class McpServer:
                              "query its photo archive, inspect public URLs (lens), and read its live feeds. "
                              "No key needed; rate limits are per caller, shared with the HTTP endpoints.")
         endpoints = endpoint_tools(doc, InProcess(site.wsgi))
-        snapshots = snapshot_tools(settings, site.limiter, fetcher, slots)
+        snapshots = snapshot_tools(settings, site.limiter, fetcher, slots, budget)
         self.tools: dict[str, Tool] = {t.name: t for t in endpoints + snapshots}
         self.validators = {**{t.name: Draft202012Validator(without_bounds(t.input_schema)) for t in endpoints},
                            **{t.name: Draft202012Validator(t.input_schema) for t in snapshots}}

@@ -7,8 +7,8 @@ its `inputSchema` comes from the operation's query parameters (or its JSON reque
 POST-only operation), its `outputSchema` from the 200 JSON response with every `$ref` inlined.
 A call runs the site's own WSGI app in-process with the caller's address, so shapes, errors and
 rate-limit budgets are exactly the HTTP endpoint's. The snapshot tools call `siteapi.lens.vault`
-directly (capture and compare each under a small rate policy of its own), and only while site.db
-exists (the jobs build it).
+directly (capture and compare each under a small rate policy of its own and the lens's per-target
+budget), and only while site.db exists (the jobs build it).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from urllib.parse import urlencode
 from wsgiref.util import setup_testing_defaults
 
 from siteapi import db, openapi
-from siteapi.ratelimit import RateLimiter, SlotsFull, WorkSlots
+from siteapi.ratelimit import RateLimiter, SlotsFull, TargetBudget, WorkSlots
 from siteapi.web import ApiError
 
 CALL_TIMEOUT_S = 30
@@ -208,9 +208,9 @@ SNAPSHOT = {
 SNAPSHOT_ID = {"type": "integer", "minimum": 1, "description": "The id a representation_capture returned."}
 
 
-def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots) -> list[Tool]:
+def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, budget: TargetBudget) -> list[Tool]:
     """The three MCP-only snapshot tools, fetching with the app's `fetcher` while holding one of the
-    lens's `slots`."""
+    lens's `slots` and spending its per-target `budget`."""
     from siteapi.lens import vault  # here: vault imports the lens fetcher, which this module need not load
 
     def with_conn(policy: str | None, work: Callable) -> Callable[[dict, str], Outcome]:
@@ -233,13 +233,15 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots) ->
 
     stores = ("Stores one snapshot row per profile in the site's snapshot table (not read-only; "
               f"each call adds rows; rows are kept {vault.KEEP_DAYS} days, at most the newest {vault.KEEP_ROWS:,}).")
+    per_site = (f"The URL's site is fetched afresh at most {budget.policy.quota} times per {budget.policy.window} "
+                "seconds for all callers of the lens together.")
     return [
         Tool("representation_capture", "Representation Capture",
              "Fetch a public URL as up to four client profiles (browser, bot, markdown, identity; default "
              "browser, markdown and identity) and record how each was answered: status, final URL, caching "
              f"and encoding headers, body size and SHA-256, title and word count. {stores} "
              f"Limit {limiter.policies['representation_capture'].quota} per "
-             f"{limiter.policies['representation_capture'].window} seconds per caller.",
+             f"{limiter.policies['representation_capture'].window} seconds per caller. {per_site}",
              {"type": "object", "additionalProperties": False, "required": ["url"], "properties": {
                  "url": {"type": "string", "maxLength": 2048,
                          "description": "Public http(s) URL; https:// is assumed without a scheme."},
@@ -250,7 +252,8 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots) ->
                  "snapshots": {"type": "array", "items": SNAPSHOT}}},
              open_world=True, read_only=False,
              run=with_conn("representation_capture",
-                           lambda conn, a, f: vault.capture(conn, a["url"], a.get("profiles"), fetcher=f))),
+                           lambda conn, a, f: vault.capture(conn, a["url"], a.get("profiles"), fetcher=f,
+                                                            budget=budget))),
         Tool("representation_read", "Representation Read",
              "Read one stored representation snapshot by id (as returned by representation_capture or "
              "representation_compare). Reads only; stores nothing.",
@@ -263,7 +266,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots) ->
         Tool("representation_compare", "Representation Compare",
              "Refetch a stored snapshot's URL with the same profile and list which of its fields changed. "
              f"Stores one new snapshot row (not read-only). Limit {limiter.policies['representation_compare'].quota} "
-             f"per {limiter.policies['representation_compare'].window} seconds per caller.",
+             f"per {limiter.policies['representation_compare'].window} seconds per caller. {per_site}",
              {"type": "object", "additionalProperties": False, "required": ["snapshot_id"],
               "properties": {"snapshot_id": SNAPSHOT_ID}},
              {"type": "object", "required": ["ok", "before", "after", "changed", "changes"], "properties": {
@@ -272,5 +275,5 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots) ->
                      "field": {"type": "string"}, "before": {}, "after": {}}}}}},
              open_world=True, read_only=False,
              run=with_conn("representation_compare",
-                           lambda conn, a, f: vault.compare(conn, a["snapshot_id"], fetcher=f))),
+                           lambda conn, a, f: vault.compare(conn, a["snapshot_id"], fetcher=f, budget=budget))),
     ]

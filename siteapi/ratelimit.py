@@ -12,7 +12,9 @@ bench/bench_ratelimit.py measures. Several processes share counts through `limit
 `redis://` storage URL; while that store does not answer, each process counts in memory again.
 
 Budgets count requests, not how long they last: `WorkSlots` caps how many slow ones (the lens's
-outside fetches) run at once in the process, and for one caller.
+outside fetches) run at once in the process, and for one caller. `TargetBudget` counts the other
+way round: the lens's fresh scans of one target host, whoever asks, where the per-caller policies
+are counted (so across processes too when the store is shared).
 """
 from __future__ import annotations
 
@@ -156,6 +158,26 @@ class WorkSlots:
                 self._held[caller] -= 1
                 if not self._held[caller]:
                     del self._held[caller]
+
+
+class TargetBudget:
+    """At most `policy.quota` fresh lens scans of one host per `policy.window` seconds, for every
+    caller together: one scan sends about 42 signed requests to the host, so per-caller budgets
+    alone let each caller aim over a thousand a minute at a site of its choosing."""
+
+    def __init__(self, policy: RatePolicy, storage: str = "memory://"):
+        self.policy = policy
+        self._limiter = RateLimiter({policy.name: policy}, storage)
+
+    def spend(self, host: str) -> Decision:
+        return self._limiter.hit(self.policy.name, host)
+
+
+def lens_target_budget(settings) -> TargetBudget:
+    """[lens] target_scans (20) per target_window_s (60), in the [rate] storage."""
+    return TargetBudget(RatePolicy("lens_target", option(settings, "lens", "target_scans", 20, 1, 10_000),
+                                   option(settings, "lens", "target_window_s", 60, 1, 3600)),
+                        settings.rate_storage)
 
 
 def lens_work_slots(settings) -> WorkSlots:

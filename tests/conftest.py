@@ -30,7 +30,9 @@ def make_settings(tmp: Path, **changes):
     model's answer a test expects into a lexical one; the fallback has tests of its own)."""
     base = load_settings(ROOT / "site.toml")
     rates = {name: RatePolicy(p.name, 100_000, p.window) for name, p in base.rates.items()}
-    sections = {**base.sections, "ask": {**base.section("ask"), "deadline_ms": 60_000}}
+    # The lens's per-target budget too: a fast machine would otherwise scan one loopback site past it.
+    sections = {**base.sections, "ask": {**base.section("ask"), "deadline_ms": 60_000},
+                "lens": {**base.section("lens"), "target_scans": 10_000}}
     values = dict(db_path=tmp / "site.db", photos_dir=tmp / "originals", images_dir=tmp / "images",
                   access_log=tmp / "access.log", bot_key_file=tmp / "bot-signing-key.pem", rates=rates,
                   sections=sections)
@@ -152,6 +154,17 @@ def dns_server():
     server = DnsServer(servfail=("broken.test.",))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def scanner():
+    """A loopback stand-in for the CDN's agent-readiness scanner (an MCP server), for mode=cloudflare."""
+    from lens_sites import start_scanner
+    from servers import stop_thread
+
+    server, thread = start_scanner()
+    yield server
+    stop_thread(server, thread)
 
 
 @pytest.fixture()

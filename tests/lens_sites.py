@@ -14,7 +14,7 @@ ordinary page that loads /static/challenge.js), applebot.test (Applebot named in
 moved.test (robots.txt blocks /shop/; / redirects to landing.test/shop/, /stay to its own /shop/),
 landing.test (allows everything), fatdocs.test (well-known JSON documents near their size caps, in
 non-ASCII text) and fatrobots.test (a robots.txt near its 512 KiB cap). `latency` adds a delay to
-every answer.
+every answer; `requests` counts every request and `hosts` each site's.
 A small UDP DNS server (dnspython messages) answers the DNS-AID and HTTPS/ECH lookups.
 `site_fetcher()` reaches the web through the fetcher's seams.
 """
@@ -25,6 +25,7 @@ import json
 import socket
 import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import dns.message
@@ -334,12 +335,14 @@ class SiteWeb(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self.latency = 0.0
         self.requests = 0
+        self.hosts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._bomb: bytes | None = None
 
     def count(self, handler):
         with self._lock:
             self.requests += 1
+            self.hosts[(handler.headers.get("Host") or "").split(":")[0]] += 1
 
     def sitemap_bomb(self) -> bytes:
         if self._bomb is None:

@@ -8,18 +8,11 @@ import pytest
 import lens_web
 from app import make_app
 from conftest import Client, build_site, make_settings
-from lens_sites import site_fetcher, start_scanner
-from servers import serve_wsgi, stop_thread
+from lens_sites import site_fetcher
+from servers import serve_wsgi
 from siteapi.config import RatePolicy, load_settings
 from siteapi.lens import census
 from siteapi.lens.fetch import fetcher_from_settings
-
-
-@pytest.fixture(scope="module")
-def scanner():
-    server, thread = start_scanner()
-    yield server
-    stop_thread(server, thread)
 
 
 @pytest.fixture(scope="module")

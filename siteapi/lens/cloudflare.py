@@ -11,7 +11,8 @@ from urllib.parse import quote
 
 import requests
 
-from . import cache, observe
+from ..ratelimit import TargetBudget
+from . import cache, observe, targets
 from .fetch import USER_AGENT, FetchFailed, Fetcher, FetchRefused, fetcher_from_settings
 from .scan import scan_settings
 
@@ -65,8 +66,10 @@ def _read_level(result) -> tuple[int, str | None]:
     raise ScannerError("the scanner's answer has no 'Level N/5' in it")
 
 
-def level(url: str | None, settings, conn: sqlite3.Connection | None = None, fetcher: Fetcher | None = None) -> dict:
-    """That CDN's agent-readiness level for `url`, cached; `available:false` with `error` when unreadable."""
+def level(url: str | None, settings, conn: sqlite3.Connection | None = None, fetcher: Fetcher | None = None,
+          budget: TargetBudget | None = None) -> dict:
+    """That CDN's agent-readiness level for `url`, cached; `available:false` with `error` when unreadable.
+    A lookup the cache does not answer spends `budget` (targets.py): the scanner scans the target."""
     conf = scan_settings(settings)
     fetcher = fetcher or fetcher_from_settings(settings)
     target = observe.checked(url, fetcher)
@@ -75,6 +78,7 @@ def level(url: str | None, settings, conn: sqlite3.Connection | None = None, fet
     cached = cache.read(conn, cache.LEVELS, target.url, conf["cloudflare_cache_hours"])
     if cached:
         return {**base, **cached, "fromCache": True}
+    fetcher = targets.spending(fetcher, budget, target)
     try:  # the scanner fetches from its own network, but a name that leads inside is still not sent out
         fetcher.check_addresses(target)
     except (FetchRefused, FetchFailed) as failed:

@@ -10,7 +10,8 @@ covers the whole fetch (DNS, connect, TLS, headers, body, every hop); the raw bo
 the decoded body is capped while decompressing, so a compression bomb costs nothing, and at most
 MAX_CODINGS stacked Content-Encodings are decoded. Each hop is signed for its own authority (Web
 Bot Auth, `siteapi.botauth`) when the fetcher has a signer, as the production fetcher does
-whenever the site's key can be read or made.
+whenever the site's key can be read or made. A copy made by `visiting(visit)` shows `visit` each
+hop's host before opening it, which is how a scan spends the per-target budget (targets.py).
 
 Built on urllib3 (the transport under requests) rather than a requests adapter: a connection
 pool aimed at the checked IP with `server_hostname`/`assert_hostname` set to the name is
@@ -24,6 +25,7 @@ The production policy is the default and nothing a caller sends can loosen it.
 """
 from __future__ import annotations
 
+import copy
 import io
 import ipaddress
 import re
@@ -421,6 +423,13 @@ class Fetcher:
         self.cap_bytes = cap_bytes
         self.signer = signer  # Web Bot Auth: each hop signed for its own authority
         self.ca_certs = ca_certs or certifi.where()
+        self.visit: Callable[[str], None] | None = None
+
+    def visiting(self, visit: Callable[[str], None]) -> "Fetcher":
+        """This fetcher calling `visit(host)` before every hop it opens; `visit` may raise FetchFailed."""
+        twin = copy.copy(self)
+        twin.visit = visit
+        return twin
 
     def check(self, url: str) -> Target:
         """The URL's rules, and the address policy for a literal address, without any network step."""
@@ -443,6 +452,8 @@ class Fetcher:
         redirects: list[str] = []
         with watching(deadline) as watchdog:
             while True:
+                if self.visit is not None:
+                    self.visit(target.host)
                 response = self._open(target, headers or {}, watchdog, hop=len(redirects))
                 location = response.headers.get("location")
                 if response.status not in REDIRECT_STATUSES or not location:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import logging
 
+from ..ratelimit import TargetBudget
 from ..web import ApiError
-from . import cost, page
+from . import cost, page, targets
 from .fetch import (USER_AGENT, FetchFailed, Fetcher, FetchRefused, FetchResult, Target, fetcher_from_settings,
                     lens_settings)
 
@@ -32,21 +33,26 @@ def checked(url: str | None, fetcher: Fetcher, parameter: str = "url", side: str
 
 def fetch_error(failed: FetchRefused | FetchFailed) -> ApiError:
     """The answer when fetching a checked URL went wrong: refused on the way (its name resolves to a
-    private address, or it redirects to one) is the caller's 400; anything else is the site's 502."""
+    private address, or it redirects to one) is the caller's 400; a redirect to a host whose budget
+    is spent a 429; anything else is the site's 502."""
     if isinstance(failed, FetchRefused):
         return ApiError(400, str(failed), code="url_refused", ok=False, parameter="url")
+    if isinstance(failed, targets.TargetSpent):
+        return targets.refusal(failed)
     return ApiError(502, str(failed), code="upstream_failed", ok=False)
 
 
-def inspect(url: str | None, settings, phases: str, fetcher: Fetcher | None = None) -> dict:
-    """The LensObservation of the `phases` asked for. Raises ApiError 400 (missing/refused URL, bad
-    phases) or 502."""
+def inspect(url: str | None, settings, phases: str, fetcher: Fetcher | None = None,
+            budget: TargetBudget | None = None) -> dict:
+    """The LensObservation of the `phases` asked for, spending `budget` (targets.py). Raises
+    ApiError 400 (missing/refused URL, bad phases), 429 (the target's budget spent) or 502."""
     fetcher = fetcher or fetcher_from_settings(settings)
     target = checked(url, fetcher)
     if phases not in PHASES:
         raise ApiError(400, "phases accepts only page (the fields derived from the page itself); leave it out for the full scan.",
                        code="bad_phases", ok=False, parameter="phases")
     conf = lens_settings(settings)
+    fetcher = targets.spending(fetcher, budget, target)
     try:
         result = fetcher.fetch(target.url)
     except (FetchRefused, FetchFailed) as failed:

@@ -3,7 +3,8 @@
 Every subrequest of an uncached scan (40 to 42: the page, the markdown check, 21 well-known
 paths, agents.md or AGENTS.md, /mcp, /ask, the declared sitemap, 3 DNS-AID and 1 ECH lookup, and
 10 bot views) runs on one thread pool under ONE deadline and one subrequest cap; what did not
-finish in time is reported as not answered (`unknown`), never waited for. What the probes find
+finish in time is reported as not answered (`unknown`), never waited for; before the first of
+them the scan spends the target's budget (targets.py). What the probes find
 joins what the page shows (`ai.llmsTxtPresent` counts /llms.txt). The origin's discovery result
 is cached in site.db for `discovery_cache_hours` (cache.py): the probes (their bodies already cut
 short), the robots.txt text the verdicts are read from for each page, and what later passes read
@@ -20,8 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from .. import db
 from ..config import option
+from ..ratelimit import TargetBudget
 from ..web import ApiError
-from . import agent, bots, cache, discovery, observe, readiness, terms
+from . import agent, bots, cache, discovery, observe, readiness, targets, terms
 from .discovery import DnsClient, Fetched, Subrequests
 from .fetch import FetchFailed, Fetcher, FetchRefused, fetcher_from_settings, lens_settings
 
@@ -69,18 +71,21 @@ def _result(future: Future, fallback):
 
 
 def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: bool = True,
-         conn: sqlite3.Connection | None = None, dns: DnsClient | None = None) -> dict:
-    """The full LensObservation. Raises ApiError 400 (missing/refused URL) or 502 (page failed)."""
+         conn: sqlite3.Connection | None = None, dns: DnsClient | None = None,
+         budget: TargetBudget | None = None) -> dict:
+    """The full LensObservation, spending `budget` (targets.py). Raises ApiError 400 (missing/refused
+    URL), 429 (the target's budget spent) or 502 (page failed)."""
     conf, page_conf = scan_settings(settings), lens_settings(settings)
     fetcher = fetcher or fetcher_from_settings(settings)
     dns = dns or _dns_client(conf)
     target = observe.checked(url, fetcher)
     origin = target.origin
     deadline = time.monotonic() + conf["scan_timeout_s"]
-    sub = Subrequests(fetcher, deadline, conf["subrequest_cap"], conf["probe_timeout_s"])
     cached = cache.read(conn, cache.DISCOVERY, origin, conf["discovery_cache_hours"])
     if cached and cached.get("shape") != DISCOVERY_SHAPE:
         cached = None
+    fetcher = targets.spending(fetcher, budget, target)
+    sub = Subrequests(fetcher, deadline, conf["subrequest_cap"], conf["probe_timeout_s"])
     pool = ThreadPoolExecutor(max_workers=conf["concurrency"], thread_name_prefix="lens-scan")
     try:
         sub.take()
@@ -284,22 +289,35 @@ def changes(left: dict, right: dict) -> list[dict]:
 
 
 def compare(left: str | None, right: str | None, settings, fetcher: Fetcher | None = None,
-            dns: DnsClient | None = None) -> dict:
-    """LensComparison of two URLs (no bot views). 400 names the side refused; 502 the side that failed."""
+            dns: DnsClient | None = None, budget: TargetBudget | None = None) -> dict:
+    """LensComparison of two URLs (no bot views), each side a fresh scan spending `budget`. 400 names
+    the side refused, 429 the side whose target's budget is spent, 502 the side that failed."""
     fetcher = fetcher or fetcher_from_settings(settings)
-    for side, value in (("left", left), ("right", right)):
-        observe.checked(value, fetcher, parameter=side, side=side)
+    urls = {"left": left, "right": right}
+    checked = {side: observe.checked(value, fetcher, parameter=side, side=side) for side, value in urls.items()}
+    # Both sides spend before either fetches, so that a refusal comes before any request.
+    fetchers = {}
+    for side, target in checked.items():
+        try:
+            fetchers[side] = targets.spending(fetcher, budget, target)
+        except ApiError as spent:
+            raise _side_error(side, spent) from None
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="lens-compare") as pool:
-        futures = {side: pool.submit(scan, value, settings, fetcher, False, None, dns)
-                   for side, value in (("left", left), ("right", right))}
+        futures = {side: pool.submit(scan, value, settings, fetchers[side], False, None, dns)
+                   for side, value in urls.items()}
         sides = {}
         for side, future in futures.items():
             try:
                 sides[side] = summary(future.result())
             except ApiError as failed:
-                status = 400 if failed.status == 400 else 502
-                raise ApiError(status, f"The {side} URL could not be inspected: {failed.body['error']}",
-                               code=failed.body.get("code"), ok=False, side=side,
-                               **({"parameter": side} if status == 400 else {})) from None
+                raise _side_error(side, failed) from None
     return {"ok": True, "comparedAt": db.now_iso(), "left": sides["left"], "right": sides["right"],
             "changes": changes(sides["left"], sides["right"])}
+
+
+def _side_error(side: str, failed: ApiError) -> ApiError:
+    status = failed.status if failed.status in (400, 429) else 502
+    return ApiError(status, f"The {side} URL could not be inspected: {failed.body['error']}",
+                    code=failed.body.get("code"), headers=failed.headers, ok=False, side=side,
+                    **({"parameter": side} if status == 400 else {}),
+                    **({"retry_after": failed.body["retry_after"]} if status == 429 else {}))

@@ -18,8 +18,9 @@ import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import db
+from ..ratelimit import TargetBudget
 from ..web import ApiError
-from . import page
+from . import page, targets
 from .fetch import (ACCEPT_ENCODING, ACCEPT_HTML, CHROME_UA, MAX_URL_CHARS, FetchFailed, Fetcher, FetchRefused,
                     FetchResult)
 from .observe import checked
@@ -89,13 +90,16 @@ def parse_profiles(profiles) -> list[str]:
     return names or list(DEFAULT_PROFILES)
 
 
-def capture(conn: sqlite3.Connection, url: str, profiles=None, *, fetcher: Fetcher) -> dict:
-    """Fetch `url` as each profile and store one row per profile. Returns {ok, url, snapshots}."""
+def capture(conn: sqlite3.Connection, url: str, profiles=None, *, fetcher: Fetcher,
+            budget: TargetBudget | None = None) -> dict:
+    """Fetch `url` as each profile, spending `budget` (targets.py), and store one row per profile.
+    Returns {ok, url, snapshots}."""
     names = parse_profiles(profiles)
     target = checked(url, fetcher)
     if len(target.url) > MAX_URL_CHARS:
         raise ApiError(400, f"The URL is longer than {MAX_URL_CHARS} characters once percent-encoded; send a shorter one.",
                        code="url_refused", parameter="url")
+    fetcher = targets.spending(fetcher, budget, target)
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         rows = list(pool.map(lambda name: _observe(fetcher, target.url, name), names))
     ids = _store(conn, rows)
@@ -108,9 +112,11 @@ def read(conn: sqlite3.Connection, snapshot_id) -> dict:
     return {"ok": True, "snapshot": _row(conn, snapshot_id)}
 
 
-def compare(conn: sqlite3.Connection, snapshot_id, *, fetcher: Fetcher) -> dict:
-    """Refetch a snapshot's URL with the same profile, store the new row, list what changed."""
+def compare(conn: sqlite3.Connection, snapshot_id, *, fetcher: Fetcher, budget: TargetBudget | None = None) -> dict:
+    """Refetch a snapshot's URL with the same profile, spending `budget` (targets.py), store the new
+    row, list what changed."""
     before = _row(conn, snapshot_id)
+    fetcher = targets.spending(fetcher, budget, checked(before["url"], fetcher))
     after = _observe(fetcher, before["url"], before["profile"])
     (after_id,) = _store(conn, [after])
     after = {"id": after_id, **after}

@@ -1,0 +1,174 @@
+"""The lens's per-target budget on the real server: one host is scanned afresh at most
+`[lens] target_scans` times per `target_window_s` for every caller together, over /lens/fetch (every
+phase and mode), /lens/compare.json (each side), a redirect's host and the MCP lens and snapshot
+tools; past it a 429 `target_rate_limited` with Retry-After comes before any request to that host
+(counted at the loopback sites), and answers from the lens caches spend nothing. Each test runs
+its own app, so its own budget; the window is an hour, so no test depends on how long it takes."""
+import dataclasses
+import json
+import shutil
+from contextlib import contextmanager
+
+import pytest
+import requests
+
+from app import make_app
+from conftest import ROOT, Client, build_site, make_settings
+from lens_sites import site_fetcher
+from servers import accepts, running, serve_wsgi
+from siteapi.config import SettingsError, load_settings
+from test_stack_e2e import free_port
+
+BUDGET = 3
+REFUSAL = "fresh scans of {host} it makes in 3600 seconds for all its callers together"
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory, dns_server, scanner):
+    base = make_settings(tmp_path_factory.mktemp("lens-target-budget"))
+    lens = {**base.section("lens"), "scan_timeout_s": 4, "probe_timeout_s": 2, "target_scans": BUDGET,
+            "target_window_s": 3600, "dns_nameservers": [f"127.0.0.1#{dns_server.port}"],
+            "cloudflare_scanner_url": f"http://127.0.0.1:{scanner.server_address[1]}/mcp"}
+    settings = dataclasses.replace(base, sections={**base.sections, "lens": lens})
+    build_site(settings)
+    return settings
+
+
+@contextmanager
+def lens_app(settings, sites, checker, **lens):
+    """A fresh app (so a fresh budget) aimed at the loopback sites, with `lens` settings changed."""
+    if lens:
+        settings = dataclasses.replace(settings, sections={**settings.sections,
+                                                           "lens": {**settings.section("lens"), **lens}})
+    with serve_wsgi(make_app(settings, fetcher=site_fetcher(sites)).wsgi) as base:
+        yield Client(base, checker)
+
+
+def fetch(api, url: str, caller: str, **params) -> requests.Response:
+    return api.get("/lens/fetch", params={"url": url, **params}, headers={"X-Forwarded-For": caller})
+
+
+def assert_refused(response: requests.Response, host: str) -> None:
+    body = response.json()
+    assert response.status_code == 429, response.text[:500]
+    assert body["code"] == "target_rate_limited" and body["ok"] is False
+    assert REFUSAL.format(host=host) in body["error"]
+    assert 1 <= int(response.headers["Retry-After"]) <= 60 and body["retry_after"] == int(response.headers["Retry-After"])
+
+
+def tool_call(api, name: str, arguments: dict, caller: str) -> dict:
+    r = api.request("POST", "/mcp", headers={"X-Forwarded-For": caller, "Content-Type": "application/json",
+                                             "Accept": "application/json, text/event-stream",
+                                             "MCP-Protocol-Version": "2025-06-18"},
+                    data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                     "params": {"name": name, "arguments": arguments}}))
+    assert r.status_code == 200, r.text
+    return r.json()["result"]
+
+
+def test_one_host_is_scanned_afresh_at_most_the_budget_for_all_callers(settings, sites, checker):
+    with lens_app(settings, sites, checker) as api:
+        scans = [fetch(api, sites.url("blog.test"), f"203.0.113.{n}") for n in range(BUDGET)]
+        assert [r.status_code for r in scans] == [200] * BUDGET
+        assert scans[-1].json()["phases"]["discoveryCached"] is True  # still the page and bot views: it spends
+        before = sites.hosts["blog.test"]
+        for params in ({}, {"phases": "page"}, {"botViews": "0"}):
+            assert_refused(fetch(api, sites.url("blog.test", "/other"), "198.51.100.1", **params), "blog.test")
+        assert sites.hosts["blog.test"] == before  # refused before any request
+        assert fetch(api, sites.url("ready.test"), "198.51.100.1", phases="page").status_code == 200  # per host
+
+
+def test_answers_from_the_lens_caches_spend_nothing(settings, sites, checker, scanner):
+    with lens_app(settings, sites, checker) as api:
+        levels = [fetch(api, sites.url("blog.test", "/levels"), "203.0.113.20", mode="cloudflare") for _ in range(5)]
+        assert [r.json()["fromCache"] for r in levels] == [False, True, True, True, True]
+        for _ in range(BUDGET - 1):
+            assert fetch(api, sites.url("blog.test"), "203.0.113.21", phases="page").status_code == 200
+        assert_refused(fetch(api, sites.url("blog.test"), "203.0.113.21", phases="page"), "blog.test")
+        assert fetch(api, sites.url("blog.test", "/levels"), "203.0.113.22", mode="cloudflare").json()["fromCache"]
+        calls = len(scanner.calls)
+        assert_refused(fetch(api, sites.url("blog.test", "/new"), "203.0.113.22", mode="cloudflare"), "blog.test")
+        assert len(scanner.calls) == calls  # not forwarded to the scanner either
+
+
+def test_compare_spends_for_each_side_before_either_fetches(settings, sites, checker):
+    with lens_app(settings, sites, checker) as api:
+        for _ in range(BUDGET):
+            assert fetch(api, sites.url("blog.test"), "203.0.113.30", phases="page").status_code == 200
+        before = dict(sites.hosts)
+        r = api.get("/lens/compare.json", params={"left": sites.url("ready.test"), "right": sites.url("blog.test")},
+                    headers={"X-Forwarded-For": "203.0.113.31"})
+        assert_refused(r, "blog.test")
+        assert r.json()["side"] == "right" and r.json()["error"].startswith("The right URL could not be inspected")
+        assert dict(sites.hosts) == before  # not even the left side was fetched
+
+
+def test_a_redirect_spends_the_budget_of_the_host_it_leads_to(settings, sites, checker):
+    with lens_app(settings, sites, checker) as api:
+        for _ in range(BUDGET):
+            assert fetch(api, sites.url("landing.test", "/shop/"), "203.0.113.40", phases="page").status_code == 200
+        landing = sites.hosts["landing.test"]
+        assert_refused(fetch(api, sites.url("moved.test"), "203.0.113.41", phases="page"), "landing.test")
+        assert_refused(fetch(api, sites.url("moved.test"), "203.0.113.41"), "landing.test")
+        assert sites.hosts["landing.test"] == landing
+        assert fetch(api, sites.url("moved.test", "/stay"), "203.0.113.41", phases="page").status_code == 200
+
+
+def test_the_mcp_lens_and_snapshot_tools_answer_the_refusal(settings, sites, checker):
+    with lens_app(settings, sites, checker) as api:
+        captured = tool_call(api, "representation_capture", {"url": sites.url("blog.test")}, "203.0.113.50")
+        assert captured["isError"] is False
+        snapshot_id = captured["structuredContent"]["snapshots"][0]["id"]
+        for _ in range(BUDGET - 1):
+            assert tool_call(api, "lens_page", {"url": sites.url("blog.test")}, "203.0.113.51")["isError"] is False
+        before = sites.hosts["blog.test"]
+        for name, arguments in (("lens_page", {"url": sites.url("blog.test")}),
+                                ("lens_inspect", {"url": sites.url("blog.test")}),
+                                ("lens_compare", {"left": sites.url("blog.test"), "right": sites.url("blog.test")}),
+                                ("representation_capture", {"url": sites.url("blog.test")}),
+                                ("representation_compare", {"snapshot_id": snapshot_id})):
+            result = tool_call(api, name, arguments, "203.0.113.52")
+            assert result["isError"] is True and REFUSAL.format(host="blog.test") in result["content"][0]["text"], name
+        assert sites.hosts["blog.test"] == before
+
+
+def test_the_worst_a_victim_receives_is_the_budget_times_one_scan(settings, sites, checker):
+    """Discovery never cached (as after its rows are pushed out), full scans with bot views, a new
+    caller each time, at the budget site.toml ships per window."""
+    shipped = load_settings(ROOT / "site.toml").section("lens")["target_scans"]
+    with lens_app(settings, sites, checker, target_scans=shipped, discovery_cache_hours=0) as api:
+        first = sites.hosts["ready.test"]
+        assert fetch(api, sites.url("ready.test"), "198.51.100.100").status_code == 200
+        one_scan = sites.hosts["ready.test"] - first
+        answers = [fetch(api, sites.url("ready.test"), f"198.51.100.{n}").status_code for n in range(101, 101 + shipped)]
+        assert answers == [200] * (shipped - 1) + [429]
+        assert sites.hosts["ready.test"] - first == shipped * one_scan
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+def test_app_processes_share_the_budget_through_the_rate_store(settings, sites, checker, tmp_path):
+    port = free_port()
+    with running(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                  "--dir", str(tmp_path)], lambda: accepts(port), "redis"):
+        shared = dataclasses.replace(settings, rate_storage=f"redis://127.0.0.1:{port}")
+        with lens_app(shared, sites, checker) as one, lens_app(shared, sites, checker) as two:
+            codes = [fetch(api, sites.url("blog.test"), "203.0.113.60", phases="page").status_code
+                     for api in (one, two, one)]
+            assert codes == [200] * BUDGET
+            assert_refused(fetch(two, sites.url("blog.test"), "203.0.113.61", phases="page"), "blog.test")
+
+
+@pytest.mark.parametrize("line, sentence", [
+    ("target_scans = 0", "Setting [lens] target_scans (SITE_LENS_TARGET_SCANS) must be a whole number from 1 to 10000"),
+    ("target_window_s = 1.5", "Setting [lens] target_window_s (SITE_LENS_TARGET_WINDOW_S) must be a whole number"),
+    ("target_windows = 60", "Setting [lens] target_windows is not one this site reads"),
+])
+def test_the_budget_is_checked_at_start_up(tmp_path, line, sentence):
+    text = (ROOT / "site.toml").read_text()
+    key = line.split(" =")[0]
+    assert "\n[lens]\n" in text
+    text = "\n".join(ln for ln in text.splitlines() if not ln.startswith(key + " "))
+    (tmp_path / "site.toml").write_text(text.replace("\n[lens]\n", f"\n[lens]\n{line}\n"))
+    with pytest.raises(SettingsError) as refused:
+        load_settings(tmp_path / "site.toml")
+    assert sentence in str(refused.value)
