@@ -256,7 +256,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/lens/compare.json", lens_compare, policy="compare", cache=NO_STORE, error_fields=NOT_OK, slots=lens_slots)
     R("/lens/census.json", lens_census, cache="public, max-age=300, s-maxage=900", error_fields=NOT_OK)
     mcp = McpServer(site, settings, fetcher=fetcher, slots=lens_slots, budget=lens_budget)
-    R("/mcp", mcp.handle, methods=("POST",), cache=NO_STORE)
+    R("/mcp", mcp.handle, methods=("POST",), cache=NO_STORE, error_body=mcp.refusal)
     R("/mcp/server-card", mcp.draft_card_reply)
     R("/.well-known/agent-card.json",
       lambda: with_etag(Reply(agentdocs.agent_card(settings, mcp.tools, mcp.info["version"]), cache=DOC_CACHE)))

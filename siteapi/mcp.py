@@ -14,9 +14,15 @@ map to HTTP statuses (404 for an unknown method, 400 for the rest). A request is
 Tool arguments: an endpoint tool's bounds (minimum, maximum, maxLength) are documentation, not
 refusals, because the endpoint clamps or truncates them as it does over HTTP; the hard limits are
 a string over 16 KiB, which no endpoint takes (it would not fit a query string), an array of more
-than 64 items (no tool takes more than 4) and values nested too deeply to check. Arguments that break
+than 64 items (no tool takes more than 4) or of anything but scalars, and values nested too deeply
+to check. Arguments that break
 the schema otherwise are -32602 up to 2025-06-18 and, from 2025-11-25 on, a result with `isError`
-that a model can read and correct (the tools chapter moved input validation there).
+that a model can read and correct (the tools chapter moved input validation there). A tool that
+fails says why in its first content block, and gives the endpoint's whole JSON error in a second.
+
+An error the site gives before the server reads the message (the read budget spent, an unserved
+API-Version, GET) keeps its HTTP status and headers but comes as a JSON-RPC error response
+(-32000, the REST error's other fields as `data`): MCP clients show that, and nothing else.
 """
 from __future__ import annotations
 
@@ -53,9 +59,14 @@ CARD_TYPE = "application/mcp-server-card+json"
 CARD_CACHE = "public, max-age=3600"
 CARD_SCHEMA = "https://static.modelcontextprotocol.io/schemas/2025-12-11/server-card.schema.json"
 _BASE64_HEADER = re.compile(r"=\?base64\?(.*)\?=")
-_ORIGIN = re.compile(r"^https?://[A-Za-z0-9.\-]+(:\d{1,5})?$|^https?://\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
+# An origin as browsers serialise one (RFC 6454): any scheme, so MCP clients running as browser
+# extensions pass, and "null" (sandboxed frames, file: pages). The check guards against no attack
+# here - the server is public and keyless, with CORS open to every origin - but the protocol asks
+# for a 403 to an Origin that is not one.
+_ORIGIN = re.compile(r"^(null|[A-Za-z][A-Za-z0-9+.\-]*://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?)$")
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+SERVER_ERROR = -32000  # JSON-RPC's first code for errors the implementation defines
 HEADER_MISMATCH, UNSUPPORTED_VERSION = -32020, -32022
 MODERN_STATUS = {PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400, HEADER_MISMATCH: 400,
                  UNSUPPORTED_VERSION: 400, METHOD_NOT_FOUND: 404}
@@ -129,8 +140,8 @@ class McpServer:
     def handle(self):
         origin = header("Origin", None)
         if origin is not None and not _ORIGIN.match(origin.strip()):
-            return self._http(403, rpc_error(None, INVALID_REQUEST, "The Origin header must be an http(s) origin "
-                                             "such as https://example.com; null or malformed origins are refused."))
+            return self._http(403, rpc_error(None, INVALID_REQUEST, "The Origin header must be an origin such as "
+                                             "https://example.com or null; malformed origins are refused."))
         raw = body(MAX_BODY_BYTES)
         if len(raw) > MAX_BODY_BYTES:
             return self._http(413, rpc_error(None, INVALID_REQUEST, "The request body is larger than 1 MB; send "
@@ -172,6 +183,17 @@ class McpServer:
     @staticmethod
     def _http(status: int, payload) -> Reply:
         return Reply(payload, status=status)
+
+    @staticmethod
+    def refusal(error: dict) -> dict:
+        """An error the site gives before the server reads the message (over the read budget, an
+        unserved API-Version, GET, a fault), as the JSON-RPC response to it: MCP clients show a
+        response's error and drop any other body. The sentence is the message, the rest its data."""
+        try:
+            message = json.loads(body(MAX_BODY_BYTES))
+        except (ValueError, RecursionError):
+            message = None
+        return rpc_error(readable_id(message), SERVER_ERROR, error["error"], {k: v for k, v in error.items() if k != "error"})
 
     @staticmethod
     def _is_modern(message, version_header) -> bool:
@@ -304,7 +326,8 @@ class McpServer:
             log.exception("MCP tool %s failed", name)
             outcome = Outcome(error="The tool broke on our side; try again later.")
         if outcome.error is not None:
-            return {"content": [{"type": "text", "text": outcome.error}], "isError": True}
+            details = [{"type": "text", "text": json.dumps(outcome.details, ensure_ascii=False)}] if outcome.details else []
+            return {"content": [{"type": "text", "text": outcome.error}, *details], "isError": True}
         return {"content": [{"type": "text", "text": json.dumps(outcome.result, ensure_ascii=False)}],
                 "structuredContent": outcome.result, "isError": False}
 
@@ -316,6 +339,10 @@ class McpServer:
         too_many = [k for k, v in arguments.items() if isinstance(v, list) and len(v) > MAX_ITEMS]
         if too_many:
             return f"Argument {too_many[0][:40]!r} has more than {MAX_ITEMS} items, more than any tool takes."
+        # uniqueItems compares objects pairwise in full: 64 objects of 1,500 keys took a second of CPU
+        nested = [k for k, v in arguments.items() if isinstance(v, list) and any(isinstance(i, (dict, list)) for i in v)]
+        if nested:
+            return f"Argument {nested[0][:40]!r} holds objects or arrays; every tool's arrays take strings."
         try:
             error = next(iter(sorted(self.validators[name].iter_errors(arguments), key=lambda e: e.path)), None)
         except RecursionError:

@@ -50,9 +50,11 @@ class Tool:
 
 @dataclass
 class Outcome:
-    """What a tool produced: the JSON result, or the endpoint's error sentence."""
+    """What a tool produced: the JSON result, or the endpoint's error sentence and, when it gave
+    one, its whole error body (the fields an agent can act on: `parameter`, `retry_after`, ...)."""
     result: dict | None = None
     error: str | None = None
+    details: dict | None = None
 
 
 # -- schemas from the OpenAPI document -------------------------------------------------------------
@@ -185,7 +187,8 @@ def _endpoint_runner(caller_app: InProcess, path: str, method: str, fixed: dict,
         if 200 <= status < 300 and isinstance(body, dict):
             return Outcome(result={k: v for k, v in body.items() if k not in omitted})
         sentence = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), str) else None
-        return Outcome(error=sentence or f"{path} answered HTTP {status} without a JSON result.")
+        return Outcome(error=sentence or f"{path} answered HTTP {status} without a JSON result.",
+                       details=body if sentence else None)
     return run
 
 
@@ -226,7 +229,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
                         closing(db.writer(settings.db_path)) as conn:
                     return Outcome(result=work(conn, arguments, fetcher))
             except ApiError as exc:
-                return Outcome(error=exc.body["error"])
+                return Outcome(error=exc.body["error"], details=exc.body)
             except SlotsFull as full:
                 return Outcome(error=str(full))
         return run

@@ -256,12 +256,14 @@ class Site:
     # -- declaring routes ------------------------------------------------------------------------
     def route(self, rule: str, handler: Callable, methods: Iterable[str] = ("GET",), policy: str = "read",
               cache: str = JSON_CACHE, options: bool = True, may_not_exist: bool = False,
-              error_fields: dict | None = None, slots: WorkSlots | None = None) -> None:
+              error_fields: dict | None = None, slots: WorkSlots | None = None,
+              error_body: Callable[[dict], Any] | None = None) -> None:
         """`may_not_exist`: the rule is a template whose handler raises a 404 for a path that names
         nothing; it is then asked first for OPTIONS and unserved methods. `error_fields`: what every
         error body of the route carries, its 405 and 429 included (`ok: false`, `tracks: []`).
         `slots`: the handler runs holding one (a 429 when the caller holds its share, a 503 when
-        the process is at its total)."""
+        the process is at its total). `error_body`: turns every error body of the route into the
+        JSON it sends instead, status and headers kept (/mcp: a JSON-RPC error response)."""
         allowed = list(dict.fromkeys(m.upper() for m in methods))
         if "GET" in allowed and "HEAD" not in allowed:
             allowed.insert(allowed.index("GET") + 1, "HEAD")
@@ -270,7 +272,8 @@ class Site:
         self.routes.append((rule, tuple(allowed)))
 
         def endpoint(**url_args):
-            return self.serve(handler, url_args, tuple(allowed), policy, cache, may_not_exist, error_fields or {}, slots)
+            return self.serve(handler, url_args, tuple(allowed), policy, cache, may_not_exist, error_fields or {}, slots,
+                              error_body)
 
         self.app.route(rule, method="ANY", callback=endpoint)
 
@@ -310,7 +313,8 @@ class Site:
         return self.app(environ, start)
 
     # -- serving ---------------------------------------------------------------------------------
-    def serve(self, handler, url_args, allowed, policy, cache, may_not_exist=False, error_fields=None, slots=None):
+    def serve(self, handler, url_args, allowed, policy, cache, may_not_exist=False, error_fields=None, slots=None,
+              error_body=None):
         request, response = bottle.request, bottle.response
         method = request.method.upper()
         version = header("API-Version", None)
@@ -345,17 +349,18 @@ class Site:
                     raise ApiError(429 if full.mine else 503, str(full), code="busy",
                                    headers={"Retry-After": str(slots.retry_after)}) from None
         except ApiError as exc:
-            return self._error(exc, error_fields)
+            return self._error(exc, error_fields, error_body)
         except sqlite3.Error as exc:  # site.db missing, emptied, damaged or unreadable until the jobs rebuild it
             log.error("site.db could not be read on %s %s: %s", method, request.path, exc)
             return self._error(ApiError(503, "The site's database cannot be read right now; try again in a minute.",
-                                        code="storage_unavailable", headers={"Retry-After": "60"}), error_fields)
+                                        code="storage_unavailable", headers={"Retry-After": "60"}), error_fields,
+                               error_body)
         except Exception:
             incident = uuid.uuid4().hex[:12]
             log.exception("unhandled error %s on %s %s", incident, method, request.path)
             return self._error(ApiError(500, f"Something broke on our side while answering this request "
                                         f"(incident {incident}); try again later.", code="internal_error"),
-                               error_fields)
+                               error_fields, error_body)
         return self._reply(result, cache)
 
     def _reply(self, result, cache):
@@ -383,7 +388,7 @@ class Site:
         for name, value in headers.items():
             bottle.response.set_header(name, value)
 
-    def _error(self, exc: ApiError, error_fields: dict | None = None):
+    def _error(self, exc: ApiError, error_fields: dict | None = None, error_body: Callable[[dict], Any] | None = None):
         request, response = bottle.request, bottle.response
         body = {**(error_fields or {}), **exc.body}
         if exc.status == 404:
@@ -393,6 +398,9 @@ class Site:
         body.setdefault("docs", self.settings.url(DOCS_PATH))
         response.status = exc.status
         self._send_headers({"Cache-Control": NO_STORE, **exc.headers})
+        if error_body is not None:
+            response.content_type = "application/json"
+            return json_bytes(error_body(body))
         fmt = "json"
         if exc.status == 404:  # a 404's format follows Accept
             response.set_header("Vary", "Accept")

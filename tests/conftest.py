@@ -61,6 +61,9 @@ class OpenApiChecker:
         for pattern, template in self.paths:
             if pattern.match(path):
                 op = self.doc["paths"][template].get(method.lower())
+                if op is None:  # an unserved method: its 405 is the one the path's operations document
+                    op = next((o for o in self.doc["paths"][template].values() if "405" in o.get("responses", {})),
+                              None) if status == 405 else None
                 if op is None:
                     return None
                 responses = op["responses"]

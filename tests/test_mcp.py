@@ -309,7 +309,8 @@ def test_get_and_delete_are_405_and_options_is_a_preflight(api):
 
 @pytest.mark.parametrize("origin, status", [
     ("https://example.com", 200), ("http://localhost:6274", 200), ("http://[::1]:8080", 200),
-    ("null", 403), ("example.com", 403), ("https://example.com/path", 403), ("file://x", 403), ("", 403),
+    ("chrome-extension://abcdefghijklmnop", 200), ("null", 200),  # an extension's client; a sandboxed frame
+    ("example.com", 403), ("https://example.com/path", 403), ("https://example.com, https://b.example", 403), ("", 403),
 ])
 def test_origin_is_checked(api, origin, status):
     response = call(api, request("ping"), {"Origin": origin})
@@ -507,8 +508,37 @@ def test_mcp_spends_the_shared_read_budget_and_a_tool_call_its_endpoints_too(sit
         # t counts down from 60 from the first hit on: 60 only while that was under a second ago
         assert reset.startswith("t=") and 1 <= int(reset[2:]) <= 60
         assert api.get("/robots.txt").headers["RateLimit"].startswith('"read";r=0;')  # read 5
-        over = call(api, request("tools/list"), {"MCP-Protocol-Version": "2025-06-18"})
+        over = call(api, request("tools/list", msg_id="list-2"), {"MCP-Protocol-Version": "2025-06-18"})
         assert over.status_code == 429 and over.headers["RateLimit-Policy"] == '"read";q=5;w=60'
+        # a JSON-RPC response to the request, which MCP clients show; a REST error body they would drop
+        refusal = over.json()
+        assert refusal["id"] == "list-2" and refusal["error"]["code"] == -32000
+        assert "read budget is 5 per 60 seconds" in refusal["error"]["message"]
+        assert refusal["error"]["data"]["code"] == "rate_limited"
+        assert refusal["error"]["data"]["retry_after"] == int(over.headers["Retry-After"])
+
+
+def test_an_unserved_api_version_is_a_json_rpc_error_to_the_request(api):
+    refused = call(api, request("ping", msg_id=7), {"API-Version": "2"})
+    assert refused.status_code == 400 and refused.json()["id"] == 7
+    assert refused.json()["error"]["data"]["code"] == "unsupported_api_version"
+    assert "send API-Version: 1" in refused.json()["error"]["message"]
+
+
+def test_a_failing_tool_gives_the_endpoints_whole_error_after_its_sentence(api):
+    failed = tool_call(api, "search_site", {"q": "   "}).json()["result"]
+    assert failed["isError"] is True and len(failed["content"]) == 2
+    details = json.loads(failed["content"][1]["text"])
+    assert details["error"] == failed["content"][0]["text"] and details["parameter"] == "q"
+
+
+@pytest.mark.parametrize("profiles", [[{"a": 1}], [["browser"]], [{str(k): 0 for k in range(1500)} | {"x": i} for i in range(64)]])
+def test_arrays_of_objects_are_refused_before_the_schema_compares_them(api, profiles):
+    """jsonschema's uniqueItems compares every pair of objects in full: 64 objects of 1,500 keys took
+    about a second of CPU with the GIL held."""
+    refused = tool_call(api, "representation_capture", {"url": "https://example.com/", "profiles": profiles})
+    assert error_code(refused) == -32602
+    assert "'profiles' holds objects or arrays; every tool's arrays take strings" in refused.json()["error"]["message"]
 
 
 def test_snapshot_tools_do_not_create_a_missing_site_db(tmp_path, checker):

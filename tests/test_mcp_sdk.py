@@ -4,6 +4,7 @@ check each structuredContent against its outputSchema. Plus the MCP Inspector CL
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from jsonschema import Draft202012Validator
 
 from app import make_app
 from servers import serve_wsgi
+from siteapi.config import RatePolicy
 
 mcp = pytest.importorskip("mcp")
 
@@ -101,6 +103,24 @@ def test_the_sdk_can_send_a_whole_number_as_a_float(mcp_site, mode):
 
     result = asyncio.run(search())
     assert result.is_error is False and result.structured_content["returned"] == 2
+
+
+def test_the_sdk_shows_why_the_read_budget_refused_it(site_settings):
+    """The 429 is a JSON-RPC error response: the SDK shows its message (a REST error body became
+    only "Server returned an error response")."""
+    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 4, 60)})
+
+    async def until_refused():
+        async with mcp.Client(base + "/mcp", mode="legacy") as client:
+            with pytest.raises(mcp.MCPError) as raised:
+                for _ in range(5):
+                    await client.list_tools()
+            return raised.value
+
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        error = asyncio.run(until_refused())
+    assert error.error.code == -32000 and "read budget is 4 per 60 seconds" in error.error.message
+    assert error.error.data["code"] == "rate_limited" and error.error.data["retry_after"] >= 1
 
 
 @pytest.mark.skipif(shutil.which("npx") is None, reason="npx is not installed")
