@@ -20,7 +20,7 @@ import sqlite3
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 import bottle
 
@@ -33,6 +33,8 @@ JSON_CACHE = "public, max-age=300, s-maxage=600"
 NO_STORE = "no-store"
 PAGE_CACHE = "public, max-age=0, s-maxage=86400, stale-while-revalidate=604800"
 DOC_CACHE = "public, max-age=3600"
+MOVED_CACHE = "public, max-age=86400"  # a trailing slash's 308
+ANY_METHOD = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 SUPPORTED_API_VERSIONS = ["1"]
 # A 5 KB /ask question with every byte percent-encoded (15 KB) still fits, with its other parameters.
 MAX_QUERY_BYTES = 16 * 1024
@@ -278,13 +280,35 @@ class Site:
         self.app.route(rule, method="ANY", callback=endpoint)
 
     def fallback(self, handler: Callable[[str], Any]) -> None:
-        """The last route: `handler(path)` serves content pages or raises ApiError(404)."""
+        """The last route: `handler(path)` serves content pages or raises ApiError(404). A path that
+        only adds a trailing '/' to a page or an endpoint (/about/, /mcp/) is a 308 to it, whatever
+        the method: a 308 keeps a POST's body, and MCP clients follow one within the origin."""
         def endpoint(path=""):
-            return self.serve(lambda: handler("/" + path), {}, ("GET", "HEAD", "OPTIONS"), "read", PAGE_CACHE,
+            asked = "/" + path
+            if asked != "/" and asked.endswith("/"):
+                return self.serve(lambda: self._moved(asked, handler), {}, ANY_METHOD, "read", MOVED_CACHE,
+                                  may_not_exist=True)
+            return self.serve(lambda: handler(asked), {}, ("GET", "HEAD", "OPTIONS"), "read", PAGE_CACHE,
                               may_not_exist=True)
 
         self.app.route("/<path:path>", method="ANY", callback=endpoint)
         self.app.route("/", method="ANY", callback=endpoint)
+
+    def _moved(self, asked: str, handler: Callable[[str], Any]) -> Reply:
+        """The 308 from `asked` to itself without its trailing slashes, or the 404 of `asked` when
+        that names nothing either."""
+        target = asked.rstrip("/") or "/"
+        if not self.routed(target):
+            try:
+                handler(target)
+            except ApiError as exc:
+                if exc.status == 404:
+                    handler(asked)  # raises the 404 of what was asked, with its suggestions
+                raise
+        location = quote(target.encode("latin-1"), safe="/:@!$&'()*+,;=~")
+        query = bottle.request.query_string
+        return Reply(b"", status=308, content_type="text/plain",
+                     headers={"Location": f"{location}?{query}" if query else location})
 
     def routed(self, path: str) -> bool:
         """Whether a declared route answers `path`, rather than the fallback that serves content pages."""

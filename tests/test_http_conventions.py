@@ -166,10 +166,29 @@ def test_a_path_that_names_nothing_is_404_whatever_the_method(api, method):
     assert skill.status_code == (204 if method == "OPTIONS" else 405)
 
 
+@pytest.mark.parametrize("method", ["GET", "HEAD", "POST"])
+@pytest.mark.parametrize("path, location", [("/about/", "/about"), ("/search.json/?q=coffee&limit=2", "/search.json?q=coffee&limit=2"),
+                                            ("/writing///", "/writing"), ("/mcp/", "/mcp")])
+def test_a_trailing_slash_is_a_permanent_redirect_to_the_path_without_it(api, method, path, location):
+    moved = api.request(method, path)
+    assert moved.status_code == 308 and moved.headers["Location"] == location and moved.content == b""
+    assert moved.headers["Access-Control-Allow-Origin"] == "*" and "Link" in moved.headers
+    if method == "GET":
+        assert api.get(location).status_code in (200, 405)  # where it leads is served
+    assert api.get("/").status_code == 200  # the root keeps its slash
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_trailing_slash_on_what_names_nothing_is_its_404(api, method):
+    missing = api.request(method, "/no-such-page/", headers={"Accept": "application/json"})
+    assert missing.status_code == 404 and missing.json()["code"] == "not_found" and "Location" not in missing.headers
+
+
 def test_sitemap_lists_each_page_once(api):
     import re
     locs = re.findall(r"<loc>([^<]+)</loc>", api.get("/sitemap.xml").text)
     assert len(locs) == len(set(locs)) and any(u.endswith("/developers") for u in locs)
+    assert not [u for u in locs if u.endswith("/") and u.count("/") > 3]  # a trailing slash would be a redirect
 
 
 def test_a_very_long_unknown_path_is_a_short_404(api):

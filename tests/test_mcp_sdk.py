@@ -105,6 +105,16 @@ def test_the_sdk_can_send_a_whole_number_as_a_float(mcp_site, mode):
     assert result.is_error is False and result.structured_content["returned"] == 2
 
 
+def test_the_sdk_follows_a_trailing_slash_to_the_server(mcp_site):
+    base, _ = mcp_site
+
+    async def listed():
+        async with mcp.Client(base + "/mcp/", mode="legacy") as client:
+            return (await client.list_tools()).tools
+
+    assert any(tool.name == "search_site" for tool in asyncio.run(listed()))
+
+
 def test_the_sdk_shows_why_the_read_budget_refused_it(site_settings):
     """The 429 is a JSON-RPC error response: the SDK shows its message (a REST error body became
     only "Server returned an error response")."""
