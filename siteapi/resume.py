@@ -17,33 +17,37 @@ SECTIONS = (
 )
 
 
-def _text(value) -> str:
+def text_of(value) -> str:
+    """A string or number as one line of text; anything else as "" (shared with resume_pdf)."""
     return " ".join(str(value).split()) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
 
 
-def _entries(value) -> list[dict]:
+def objects_in(value) -> list[dict]:
+    """The objects of a list; nothing when it is no list."""
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
-def _words(value) -> list[str]:
-    return [text for text in map(_text, value) if text] if isinstance(value, list) else []
+def texts_in(value) -> list[str]:
+    """The non-empty texts of a list; nothing when it is no list."""
+    return [text for text in map(text_of, value) if text] if isinstance(value, list) else []
 
 
 def _link(label: str, url: str) -> str:
     return f"[{label}]({url})" if url.startswith(("https://", "http://", "mailto:")) else label
 
 
-def _dates(entry: dict) -> str:
-    start, end = _text(entry.get("startDate")), _text(entry.get("endDate"))
+def date_range(entry: dict) -> str:
+    """"start – end" of an entry, "start – present" while it runs."""
+    start, end = text_of(entry.get("startDate")), text_of(entry.get("endDate"))
     return f"{start} – {end or 'present'}" if start else end
 
 
 def _entry(entry: dict, keys: tuple[str, str, str]) -> list[str]:
-    title, subtitle, detail = (_text(entry.get(key)) if key else "" for key in keys)
-    url = _text(entry.get("url"))
+    title, subtitle, detail = (text_of(entry.get(key)) if key else "" for key in keys)
+    url = text_of(entry.get("url"))
     heading = f"{title} — {_link(subtitle, url)}" if title and subtitle else _link(title or subtitle, url)
-    facts = [part for part in (_dates(entry), _text(entry.get("location"))) if part]
-    items = _words(entry.get("highlights")) + [f"Course: {c}" for c in _words(entry.get("courses"))]
+    facts = [part for part in (date_range(entry), text_of(entry.get("location"))) if part]
+    items = texts_in(entry.get("highlights")) + [f"Course: {c}" for c in texts_in(entry.get("courses"))]
     if not (heading or detail or items):
         return []
     out = [f"### {heading or 'Untitled'}", ""]
@@ -60,38 +64,38 @@ def markdown(resume: object, canonical: str) -> str:
     """The resume as one Markdown document, ending with a link to `canonical`, the JSON."""
     resume = resume if isinstance(resume, dict) else {}  # a site.db from before the content job checked
     basics = resume.get("basics") if isinstance(resume.get("basics"), dict) else {}
-    name = _text(basics.get("name")) or "Resume"
+    name = text_of(basics.get("name")) or "Resume"
     out = [f"# {name}", ""]
-    if _text(basics.get("label")):
-        out += [f"**{_text(basics['label'])}**", ""]
+    if text_of(basics.get("label")):
+        out += [f"**{text_of(basics['label'])}**", ""]
     location = basics.get("location") if isinstance(basics.get("location"), dict) else {}
-    email, url = _text(basics.get("email")), _text(basics.get("url"))
+    email, url = text_of(basics.get("email")), text_of(basics.get("url"))
     contact = [part for part in (
-        ", ".join(filter(None, (_text(location.get(k)) for k in ("city", "region", "countryCode")))),
+        ", ".join(filter(None, (text_of(location.get(k)) for k in ("city", "region", "countryCode")))),
         _link(email, "mailto:" + email) if email else "",
         _link(url, url),
-        *(_link(_text(p.get("network")) or _text(p.get("url")), _text(p.get("url"))) for p in _entries(basics.get("profiles"))),
+        *(_link(text_of(p.get("network")) or text_of(p.get("url")), text_of(p.get("url"))) for p in objects_in(basics.get("profiles"))),
     ) if part]
     if contact:
         out += [" · ".join(contact), ""]
-    if _text(basics.get("summary")):
-        out += [_text(basics["summary"]), ""]
+    if text_of(basics.get("summary")):
+        out += [text_of(basics["summary"]), ""]
     for key, heading, keys in SECTIONS:
-        lines = [line for entry in _entries(resume.get(key)) for line in _entry(entry, keys)]
+        lines = [line for entry in objects_in(resume.get(key)) for line in _entry(entry, keys)]
         if lines:
             out += [f"## {heading}", "", *lines]
     for key, heading in (("skills", "Skills"), ("interests", "Interests")):
-        groups = [(_text(g.get("name")), _text(g.get("level")), _words(g.get("keywords"))) for g in _entries(resume.get(key))
-                  if _text(g.get("name")) or _words(g.get("keywords"))]
+        groups = [(text_of(g.get("name")), text_of(g.get("level")), texts_in(g.get("keywords"))) for g in objects_in(resume.get(key))
+                  if text_of(g.get("name")) or texts_in(g.get("keywords"))]
         if groups:
             out += [f"## {heading}", ""]
             out += [f"- **{name or heading}**{f' ({level})' if level else ''}{': ' + ', '.join(words) if words else ''}"
                     for name, level, words in groups] + [""]
-    languages = [" ".join(filter(None, (_text(lang.get("language")), f"({_text(lang.get('fluency'))})"
-                                        if _text(lang.get("fluency")) else ""))) for lang in _entries(resume.get("languages"))]
+    languages = [" ".join(filter(None, (text_of(lang.get("language")), f"({text_of(lang.get('fluency'))})"
+                                        if text_of(lang.get("fluency")) else ""))) for lang in objects_in(resume.get("languages"))]
     if any(languages):
         out += ["## Languages", "", *(f"- {lang}" for lang in languages if lang), ""]
     meta = resume.get("meta") if isinstance(resume.get("meta"), dict) else {}
-    updated = _text(meta.get("lastModified"))[:10]
+    updated = text_of(meta.get("lastModified"))[:10]
     out += ["---", "", f"The same resume as JSON Resume: <{canonical}>{f' (updated {updated})' if updated else ''}."]
     return "\n".join(out) + "\n"

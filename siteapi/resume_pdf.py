@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fpdf import FPDF
 
-from siteapi.resume import SECTIONS, _dates, _entries, _text, _words
+from siteapi.resume import SECTIONS, date_range, objects_in, text_of, texts_in
 
 FONTS = Path(__file__).with_name("fonts")
 TEXT_CHARS = 2_000
@@ -45,11 +45,11 @@ def _url(url: str) -> str:
 
 def _entry(entry: dict, keys: tuple[str, str, str]):
     """The blocks of one entry, as resume.markdown lays it out: heading, facts, detail, items."""
-    title, subtitle, detail = (_text(entry.get(key)) if key else "" for key in keys)
-    url = _url(_text(entry.get("url")))
+    title, subtitle, detail = (text_of(entry.get(key)) if key else "" for key in keys)
+    url = _url(text_of(entry.get("url")))
     heading = [(f"{title} — ", ""), (subtitle, url)] if title and subtitle else [(title or subtitle, url)]
-    facts = " · ".join(part for part in (_dates(entry), _text(entry.get("location"))) if part)
-    items = _words(entry.get("highlights")) + [f"Course: {c}" for c in _words(entry.get("courses"))]
+    facts = " · ".join(part for part in (date_range(entry), text_of(entry.get("location"))) if part)
+    items = texts_in(entry.get("highlights")) + [f"Course: {c}" for c in texts_in(entry.get("courses"))]
     if not (title or subtitle or detail or items):
         return
     yield "heading", heading if title or subtitle else [("Untitled", url)]
@@ -64,39 +64,39 @@ def _entry(entry: dict, keys: tuple[str, str, str]):
 def _blocks(resume: dict, canonical: str):
     """(kind, [(text, link), ...]) in reading order, lazily: a render that stops early reads no further."""
     basics = resume.get("basics") if isinstance(resume.get("basics"), dict) else {}
-    yield "name", [(_text(basics.get("name")) or "Resume", "")]
-    if _text(basics.get("label")):
-        yield "label", [(_text(basics["label"]), "")]
+    yield "name", [(text_of(basics.get("name")) or "Resume", "")]
+    if text_of(basics.get("label")):
+        yield "label", [(text_of(basics["label"]), "")]
     location = basics.get("location") if isinstance(basics.get("location"), dict) else {}
-    email, url = _text(basics.get("email")), _text(basics.get("url"))
+    email, url = text_of(basics.get("email")), text_of(basics.get("url"))
     contact = [part for part in (
-        (", ".join(filter(None, (_text(location.get(k)) for k in ("city", "region", "countryCode")))), ""),
+        (", ".join(filter(None, (text_of(location.get(k)) for k in ("city", "region", "countryCode")))), ""),
         (email, _url("mailto:" + email) if email else ""),
         (url, _url(url)),
-        *((_text(p.get("network")) or _text(p.get("url")), _url(_text(p.get("url")))) for p in _entries(basics.get("profiles"))),
+        *((text_of(p.get("network")) or text_of(p.get("url")), _url(text_of(p.get("url")))) for p in objects_in(basics.get("profiles"))),
     ) if part[0]]
     if contact:
         yield "contact", [piece for i, part in enumerate(contact) for piece in ([(" · ", "")] if i else []) + [part]]
-    if _text(basics.get("summary")):
-        yield "summary", [(_text(basics["summary"]), "")]
+    if text_of(basics.get("summary")):
+        yield "summary", [(text_of(basics["summary"]), "")]
     for key, heading, keys in SECTIONS:
         announced = False
-        for entry in _entries(resume.get(key)):
+        for entry in objects_in(resume.get(key)):
             for block in _entry(entry, keys):
                 if not announced:
                     announced = True
                     yield "section", [(heading, "")]
                 yield block
     for key, heading in (("skills", "Skills"), ("interests", "Interests")):
-        groups = [(_text(g.get("name")), _text(g.get("level")), _words(g.get("keywords"))) for g in _entries(resume.get(key))
-                  if _text(g.get("name")) or _words(g.get("keywords"))]
+        groups = [(text_of(g.get("name")), text_of(g.get("level")), texts_in(g.get("keywords"))) for g in objects_in(resume.get(key))
+                  if text_of(g.get("name")) or texts_in(g.get("keywords"))]
         if groups:
             yield "section", [(heading, "")]
             for name, level, words in groups:
                 rest = (f" ({level})" if level else "") + (": " + ", ".join(words) if words else "")
                 yield "item", [(name or heading, "", "B"), (rest, "")]
-    languages = [" ".join(filter(None, (_text(lang.get("language")), f"({_text(lang.get('fluency'))})"
-                                        if _text(lang.get("fluency")) else ""))) for lang in _entries(resume.get("languages"))]
+    languages = [" ".join(filter(None, (text_of(lang.get("language")), f"({text_of(lang.get('fluency'))})"
+                                        if text_of(lang.get("fluency")) else ""))) for lang in objects_in(resume.get("languages"))]
     if any(languages):
         yield "section", [("Languages", "")]
         for lang in filter(None, languages):
@@ -160,7 +160,7 @@ def _metadata_text(text: str) -> str:
 
 def _created(meta: dict) -> datetime:
     try:
-        stamp = datetime.fromisoformat(_text(meta.get("lastModified")))
+        stamp = datetime.fromisoformat(text_of(meta.get("lastModified")))
     except ValueError:
         return UNDATED
     if stamp.year < 1000:  # a PDF date has four digits of year
@@ -175,13 +175,13 @@ def render(stored: str, canonical: str) -> bytes:
     resume = resume if isinstance(resume, dict) else {}  # a site.db from before the content job checked
     basics = resume.get("basics") if isinstance(resume.get("basics"), dict) else {}
     meta = resume.get("meta") if isinstance(resume.get("meta"), dict) else {}
-    name = _text(basics.get("name"))
+    name = text_of(basics.get("name"))
     pdf = _Document(name[:80] or "Resume")
     pdf.set_title(_metadata_text(f"{name} — Resume" if name else "Resume"))
     if name:
         pdf.set_author(_metadata_text(name))
-    if _text(basics.get("label")):
-        pdf.set_subject(_metadata_text(_text(basics["label"])))
+    if text_of(basics.get("label")):
+        pdf.set_subject(_metadata_text(text_of(basics["label"])))
     pdf.set_creation_date(_created(meta))
     pdf.add_page()
     for kind, parts in _blocks(resume, canonical):
@@ -189,7 +189,7 @@ def render(stored: str, canonical: str) -> bytes:
             pdf.block("closing", [(f"The resume goes on past the {MAX_PAGES} pages this PDF prints.", "")])
             break
         pdf.block(kind, parts)
-    updated = _text(meta.get("lastModified"))[:10]
+    updated = text_of(meta.get("lastModified"))[:10]
     pdf.block("closing", [("The same resume as JSON Resume: ", ""), (canonical, canonical),
                           (f" (updated {updated})." if updated else ".", "")])
     return bytes(pdf.output())
