@@ -3,6 +3,8 @@ llms.txt, llms-full.txt, sitemap, robots.txt, api-catalog, /openapi.json and the
 import hashlib
 import re
 import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from urllib.parse import urljoin, urlsplit
 
 import html5lib
 import pytest
@@ -19,6 +21,45 @@ from siteapi import resume, tokens
 
 def strict_parse(text):
     html5lib.HTMLParser(strict=True).parse(text)
+
+
+class _Links(HTMLParser):
+    """Every href and src of an HTML page."""
+
+    def __init__(self):
+        super().__init__()
+        self.found: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.found += [value for name, value in attrs if name in ("href", "src") and value]
+
+
+def test_every_link_a_page_shows_leads_to_something(api, site_settings):
+    """From / and every sitemap entry, each same-site href and src of each HTML page reached is
+    followed: none may be a 4xx or 5xx (a renamed page, a mistyped link in content/). /data/ is
+    Datasette's, behind Caddy (test_stack_e2e)."""
+    site = site_settings.public_base_url
+    sitemap = api.get("/sitemap.xml").text
+    queue = ["/", *(loc.removeprefix(site) or "/" for loc in re.findall(r"<loc>([^<]+)</loc>", sitemap))]
+    seen, linked_from, broken = set(), {}, {}
+    while queue:
+        path = queue.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        r = api.get(path, headers={"Accept": "text/html"})
+        if r.status_code >= 400:
+            broken[path] = (r.status_code, linked_from.get(path))
+        elif "text/html" in r.headers.get("Content-Type", ""):
+            links = _Links()
+            links.feed(r.text)
+            for link in links.found:
+                parts = urlsplit(urljoin(site + path, link))
+                if f"{parts.scheme}://{parts.netloc}" == site and not parts.path.startswith("/data/"):
+                    target = parts.path + (f"?{parts.query}" if parts.query else "")
+                    linked_from.setdefault(target, path)
+                    queue.append(target)
+    assert len(seen) >= 60 and not broken, broken
 
 
 def test_every_page_is_strict_html5_with_a_markdown_twin(api, site_settings):
