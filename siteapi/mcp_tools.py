@@ -249,6 +249,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
                  "url": {"type": "string", "maxLength": 2048,
                          "description": "Public http(s) URL; https:// is assumed without a scheme."},
                  "profiles": {"type": "array", "maxItems": 4, "uniqueItems": True,
+                              "description": f"The profiles to fetch as; left out or empty: {', '.join(vault.DEFAULT_PROFILES)}.",
                               "items": {"type": "string", "enum": ["browser", "bot", "markdown", "identity"]}}}},
              {"type": "object", "required": ["ok", "url", "snapshots"], "properties": {
                  "ok": {"type": "boolean"}, "url": {"type": "string"},
