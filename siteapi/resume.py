@@ -1,9 +1,12 @@
-"""The owner's resume as Markdown (/resume.md), rendered from the JSON Resume the content job stores.
+"""The owner's resume: what the JSON Resume the content job stores says (`read`), and that as
+Markdown (/resume.md); siteapi/resume_pdf.py lays the same reading out as PDF.
 
 The JSON is the owner's file, checked only for being JSON: every field may be missing or of another
 type, and what is not text is left out rather than failing the page.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 # JSON Resume 1.0.0 sections with (title key, subtitle key, detail key), in the order a reader expects.
 SECTIONS = (
@@ -15,87 +18,124 @@ SECTIONS = (
     ("certificates", "Certificates", ("name", "issuer", "")),
     ("publications", "Publications", ("name", "publisher", "summary")),
 )
+LINK_SCHEMES = ("https://", "http://", "mailto:")  # what a link may point at; other URLs stay text
+
+
+@dataclass
+class Entry:
+    """One entry of a section; it has a title, a subtitle, a detail, items or a link."""
+    title: str
+    subtitle: str
+    url: str
+    facts: list[str]  # its dates and place
+    detail: str
+    items: list[str]  # highlights, then courses
+
+
+@dataclass
+class Content:
+    """Everything the resume shows, as text; empty where the JSON has nothing readable."""
+    name: str
+    label: str
+    contact: list[tuple[str, str]]  # (text, link target or "")
+    summary: str
+    sections: list[tuple[str, list[Entry]]]  # only those with an entry
+    groups: list[tuple[str, list[tuple[str, str, list[str]]]]]  # Skills, Interests: (name, level, keywords)
+    languages: list[str]
+    modified: str  # meta.lastModified
 
 
 def text_of(value) -> str:
-    """A string or number as one line of text; anything else as "" (shared with resume_pdf)."""
     return " ".join(str(value).split()) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
 
 
-def objects_in(value) -> list[dict]:
-    """The objects of a list; nothing when it is no list."""
+def _objects_in(value) -> list[dict]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
-def texts_in(value) -> list[str]:
-    """The non-empty texts of a list; nothing when it is no list."""
+def _texts_in(value) -> list[str]:
     return [text for text in map(text_of, value) if text] if isinstance(value, list) else []
 
 
-def _link(label: str, url: str) -> str:
-    return f"[{label}]({url})" if url.startswith(("https://", "http://", "mailto:")) else label
+def _object(value) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
-def date_range(entry: dict) -> str:
-    """"start – end" of an entry, "start – present" while it runs."""
+def _date_range(entry: dict) -> str:
     start, end = text_of(entry.get("startDate")), text_of(entry.get("endDate"))
     return f"{start} – {end or 'present'}" if start else end
 
 
-def _entry(entry: dict, keys: tuple[str, str, str]) -> list[str]:
+def _entry(entry: dict, keys: tuple[str, str, str]) -> Entry | None:
     title, subtitle, detail = (text_of(entry.get(key)) if key else "" for key in keys)
     url = text_of(entry.get("url"))
-    heading = f"{title} — {_link(subtitle, url)}" if title and subtitle else _link(title or subtitle, url)
-    facts = [part for part in (date_range(entry), text_of(entry.get("location"))) if part]
-    items = texts_in(entry.get("highlights")) + [f"Course: {c}" for c in texts_in(entry.get("courses"))]
-    if not (heading or detail or items):
-        return []
+    items = _texts_in(entry.get("highlights")) + [f"Course: {c}" for c in _texts_in(entry.get("courses"))]
+    if not (title or subtitle or detail or items or url.startswith(LINK_SCHEMES)):
+        return None
+    facts = [part for part in (_date_range(entry), text_of(entry.get("location"))) if part]
+    return Entry(title, subtitle, url, facts, detail, items)
+
+
+def read(resume: object) -> Content:
+    """What the stored resume JSON says, whatever its shape."""
+    resume = _object(resume)  # a site.db from before the content job checked
+    basics, location = _object(resume.get("basics")), _object(_object(resume.get("basics")).get("location"))
+    email, url = text_of(basics.get("email")), text_of(basics.get("url"))
+    contact = [part for part in (
+        (", ".join(filter(None, (text_of(location.get(k)) for k in ("city", "region", "countryCode")))), ""),
+        (email, "mailto:" + email if email else ""),
+        (url, url),
+        *((text_of(p.get("network")) or text_of(p.get("url")), text_of(p.get("url"))) for p in _objects_in(basics.get("profiles"))),
+    ) if part[0]]
+    sections = [(heading, entries) for key, heading, keys in SECTIONS
+                if (entries := [e for e in (_entry(entry, keys) for entry in _objects_in(resume.get(key))) if e])]
+    groups = [(heading, found) for key, heading in (("skills", "Skills"), ("interests", "Interests"))
+              if (found := [(text_of(g.get("name")), text_of(g.get("level")), _texts_in(g.get("keywords")))
+                            for g in _objects_in(resume.get(key)) if text_of(g.get("name")) or _texts_in(g.get("keywords"))])]
+    languages = [" ".join(filter(None, (text_of(lang.get("language")), f"({text_of(lang.get('fluency'))})"
+                                        if text_of(lang.get("fluency")) else ""))) for lang in _objects_in(resume.get("languages"))]
+    return Content(text_of(basics.get("name")), text_of(basics.get("label")), contact, text_of(basics.get("summary")),
+                   sections, groups, [lang for lang in languages if lang],
+                   text_of(_object(resume.get("meta")).get("lastModified")))
+
+
+def _link(label: str, url: str) -> str:
+    return f"[{label}]({url})" if url.startswith(LINK_SCHEMES) else label
+
+
+def _entry_lines(entry: Entry) -> list[str]:
+    if entry.title and entry.subtitle:
+        heading = f"{entry.title} — {_link(entry.subtitle, entry.url)}"
+    else:
+        heading = _link(entry.title or entry.subtitle, entry.url)
     out = [f"### {heading or 'Untitled'}", ""]
-    if facts:
-        out += ["*" + " · ".join(facts) + "*", ""]
-    if detail:
-        out += [detail, ""]
-    if items:
-        out += [f"- {item}" for item in items] + [""]
+    if entry.facts:
+        out += ["*" + " · ".join(entry.facts) + "*", ""]
+    if entry.detail:
+        out += [entry.detail, ""]
+    if entry.items:
+        out += [f"- {item}" for item in entry.items] + [""]
     return out
 
 
 def markdown(resume: object, canonical: str) -> str:
     """The resume as one Markdown document, ending with a link to `canonical`, the JSON."""
-    resume = resume if isinstance(resume, dict) else {}  # a site.db from before the content job checked
-    basics = resume.get("basics") if isinstance(resume.get("basics"), dict) else {}
-    name = text_of(basics.get("name")) or "Resume"
-    out = [f"# {name}", ""]
-    if text_of(basics.get("label")):
-        out += [f"**{text_of(basics['label'])}**", ""]
-    location = basics.get("location") if isinstance(basics.get("location"), dict) else {}
-    email, url = text_of(basics.get("email")), text_of(basics.get("url"))
-    contact = [part for part in (
-        ", ".join(filter(None, (text_of(location.get(k)) for k in ("city", "region", "countryCode")))),
-        _link(email, "mailto:" + email) if email else "",
-        _link(url, url),
-        *(_link(text_of(p.get("network")) or text_of(p.get("url")), text_of(p.get("url"))) for p in objects_in(basics.get("profiles"))),
-    ) if part]
-    if contact:
-        out += [" · ".join(contact), ""]
-    if text_of(basics.get("summary")):
-        out += [text_of(basics["summary"]), ""]
-    for key, heading, keys in SECTIONS:
-        lines = [line for entry in objects_in(resume.get(key)) for line in _entry(entry, keys)]
-        if lines:
-            out += [f"## {heading}", "", *lines]
-    for key, heading in (("skills", "Skills"), ("interests", "Interests")):
-        groups = [(text_of(g.get("name")), text_of(g.get("level")), texts_in(g.get("keywords"))) for g in objects_in(resume.get(key))
-                  if text_of(g.get("name")) or texts_in(g.get("keywords"))]
-        if groups:
-            out += [f"## {heading}", ""]
-            out += [f"- **{name or heading}**{f' ({level})' if level else ''}{': ' + ', '.join(words) if words else ''}"
-                    for name, level, words in groups] + [""]
-    languages = [" ".join(filter(None, (text_of(lang.get("language")), f"({text_of(lang.get('fluency'))})"
-                                        if text_of(lang.get("fluency")) else ""))) for lang in objects_in(resume.get("languages"))]
-    if any(languages):
-        out += ["## Languages", "", *(f"- {lang}" for lang in languages if lang), ""]
-    meta = resume.get("meta") if isinstance(resume.get("meta"), dict) else {}
-    updated = text_of(meta.get("lastModified"))[:10]
+    content = read(resume)
+    out = [f"# {content.name or 'Resume'}", ""]
+    if content.label:
+        out += [f"**{content.label}**", ""]
+    if content.contact:
+        out += [" · ".join(_link(text, target) for text, target in content.contact), ""]
+    if content.summary:
+        out += [content.summary, ""]
+    for heading, entries in content.sections:
+        out += [f"## {heading}", "", *(line for entry in entries for line in _entry_lines(entry))]
+    for heading, groups in content.groups:
+        out += [f"## {heading}", ""]
+        out += [f"- **{name or heading}**{f' ({level})' if level else ''}{': ' + ', '.join(words) if words else ''}"
+                for name, level, words in groups] + [""]
+    if content.languages:
+        out += ["## Languages", "", *(f"- {lang}" for lang in content.languages), ""]
+    updated = content.modified[:10]
     out += ["---", "", f"The same resume as JSON Resume: <{canonical}>{f' (updated {updated})' if updated else ''}."]
     return "\n".join(out) + "\n"

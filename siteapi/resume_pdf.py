@@ -1,5 +1,5 @@
-"""The owner's resume as PDF (/resume.pdf): the content of /resume.md (siteapi/resume.py reads the
-JSON the same way), laid out for print with fpdf2 in DejaVu Sans (siteapi/fonts, with its licence).
+"""The owner's resume as PDF (/resume.pdf): what `resume.read` finds, as /resume.md shows it, laid
+out for print with fpdf2 in DejaVu Sans (siteapi/fonts, with its licence).
 
 US Letter, because the owner works in New York; the 20 mm margins leave a text block that also
 prints unscaled on A4. Characters DejaVu Sans has no glyph for (CJK, most emoji) print as U+FFFD
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fpdf import FPDF
 
-from siteapi.resume import SECTIONS, date_range, objects_in, text_of, texts_in
+from siteapi.resume import LINK_SCHEMES, Content, Entry, read
 
 FONTS = Path(__file__).with_name("fonts")
 TEXT_CHARS = 2_000
@@ -40,66 +40,46 @@ STYLES = {
 
 
 def _url(url: str) -> str:
-    return url if url.startswith(("https://", "http://", "mailto:")) and len(url) <= TEXT_CHARS else ""
+    return url if url.startswith(LINK_SCHEMES) and len(url) <= TEXT_CHARS else ""
 
 
-def _entry(entry: dict, keys: tuple[str, str, str]):
+def _entry(entry: Entry):
     """The blocks of one entry, as resume.markdown lays it out: heading, facts, detail, items."""
-    title, subtitle, detail = (text_of(entry.get(key)) if key else "" for key in keys)
-    url = _url(text_of(entry.get("url")))
-    heading = [(f"{title} — ", ""), (subtitle, url)] if title and subtitle else [(title or subtitle, url)]
-    facts = " · ".join(part for part in (date_range(entry), text_of(entry.get("location"))) if part)
-    items = texts_in(entry.get("highlights")) + [f"Course: {c}" for c in texts_in(entry.get("courses"))]
-    if not (title or subtitle or detail or items):
-        return
-    yield "heading", heading if title or subtitle else [("Untitled", url)]
-    if facts:
-        yield "facts", [(facts, "")]
-    if detail:
-        yield "detail", [(detail, "")]
-    for item in items:
+    url = _url(entry.url)
+    if entry.title and entry.subtitle:
+        yield "heading", [(f"{entry.title} — ", ""), (entry.subtitle, url)]
+    else:
+        yield "heading", [(entry.title or entry.subtitle or "Untitled", url)]
+    if entry.facts:
+        yield "facts", [(" · ".join(entry.facts), "")]
+    if entry.detail:
+        yield "detail", [(entry.detail, "")]
+    for item in entry.items:
         yield "item", [(item, "")]
 
 
-def _blocks(resume: dict, canonical: str):
-    """(kind, [(text, link), ...]) in reading order, lazily: a render that stops early reads no further."""
-    basics = resume.get("basics") if isinstance(resume.get("basics"), dict) else {}
-    yield "name", [(text_of(basics.get("name")) or "Resume", "")]
-    if text_of(basics.get("label")):
-        yield "label", [(text_of(basics["label"]), "")]
-    location = basics.get("location") if isinstance(basics.get("location"), dict) else {}
-    email, url = text_of(basics.get("email")), text_of(basics.get("url"))
-    contact = [part for part in (
-        (", ".join(filter(None, (text_of(location.get(k)) for k in ("city", "region", "countryCode")))), ""),
-        (email, _url("mailto:" + email) if email else ""),
-        (url, _url(url)),
-        *((text_of(p.get("network")) or text_of(p.get("url")), _url(text_of(p.get("url")))) for p in objects_in(basics.get("profiles"))),
-    ) if part[0]]
-    if contact:
-        yield "contact", [piece for i, part in enumerate(contact) for piece in ([(" · ", "")] if i else []) + [part]]
-    if text_of(basics.get("summary")):
-        yield "summary", [(text_of(basics["summary"]), "")]
-    for key, heading, keys in SECTIONS:
-        announced = False
-        for entry in objects_in(resume.get(key)):
-            for block in _entry(entry, keys):
-                if not announced:
-                    announced = True
-                    yield "section", [(heading, "")]
-                yield block
-    for key, heading in (("skills", "Skills"), ("interests", "Interests")):
-        groups = [(text_of(g.get("name")), text_of(g.get("level")), texts_in(g.get("keywords"))) for g in objects_in(resume.get(key))
-                  if text_of(g.get("name")) or texts_in(g.get("keywords"))]
-        if groups:
-            yield "section", [(heading, "")]
-            for name, level, words in groups:
-                rest = (f" ({level})" if level else "") + (": " + ", ".join(words) if words else "")
-                yield "item", [(name or heading, "", "B"), (rest, "")]
-    languages = [" ".join(filter(None, (text_of(lang.get("language")), f"({text_of(lang.get('fluency'))})"
-                                        if text_of(lang.get("fluency")) else ""))) for lang in objects_in(resume.get("languages"))]
-    if any(languages):
+def _blocks(content: Content):
+    """(kind, [(text, link), ...]) in reading order, lazily: a render that stops early lays out no further."""
+    yield "name", [(content.name or "Resume", "")]
+    if content.label:
+        yield "label", [(content.label, "")]
+    if content.contact:
+        yield "contact", [piece for i, (text, target) in enumerate(content.contact)
+                          for piece in ([(" · ", "")] if i else []) + [(text, _url(target))]]
+    if content.summary:
+        yield "summary", [(content.summary, "")]
+    for heading, entries in content.sections:
+        yield "section", [(heading, "")]
+        for entry in entries:
+            yield from _entry(entry)
+    for heading, groups in content.groups:
+        yield "section", [(heading, "")]
+        for name, level, words in groups:
+            rest = (f" ({level})" if level else "") + (": " + ", ".join(words) if words else "")
+            yield "item", [(name or heading, "", "B"), (rest, "")]
+    if content.languages:
         yield "section", [("Languages", "")]
-        for lang in filter(None, languages):
+        for lang in content.languages:
             yield "item", [(lang, "")]
 
 
@@ -158,9 +138,9 @@ def _metadata_text(text: str) -> str:
     return text[:200].encode("utf-16", "replace").decode("utf-16")
 
 
-def _created(meta: dict) -> datetime:
+def _created(modified: str) -> datetime:
     try:
-        stamp = datetime.fromisoformat(text_of(meta.get("lastModified")))
+        stamp = datetime.fromisoformat(modified)
     except ValueError:
         return UNDATED
     if stamp.year < 1000:  # a PDF date has four digits of year
@@ -171,25 +151,21 @@ def _created(meta: dict) -> datetime:
 @functools.lru_cache(maxsize=4)
 def render(stored: str, canonical: str) -> bytes:
     """The PDF of the stored resume JSON, ending with a link to `canonical`, the JSON."""
-    resume = json.loads(stored)
-    resume = resume if isinstance(resume, dict) else {}  # a site.db from before the content job checked
-    basics = resume.get("basics") if isinstance(resume.get("basics"), dict) else {}
-    meta = resume.get("meta") if isinstance(resume.get("meta"), dict) else {}
-    name = text_of(basics.get("name"))
-    pdf = _Document(name[:80] or "Resume")
-    pdf.set_title(_metadata_text(f"{name} — Resume" if name else "Resume"))
-    if name:
-        pdf.set_author(_metadata_text(name))
-    if text_of(basics.get("label")):
-        pdf.set_subject(_metadata_text(text_of(basics["label"])))
-    pdf.set_creation_date(_created(meta))
+    content = read(json.loads(stored))
+    pdf = _Document(content.name[:80] or "Resume")
+    pdf.set_title(_metadata_text(f"{content.name} — Resume" if content.name else "Resume"))
+    if content.name:
+        pdf.set_author(_metadata_text(content.name))
+    if content.label:
+        pdf.set_subject(_metadata_text(content.label))
+    pdf.set_creation_date(_created(content.modified))
     pdf.add_page()
-    for kind, parts in _blocks(resume, canonical):
+    for kind, parts in _blocks(content):
         if pdf.page_no() > MAX_PAGES:
             pdf.block("closing", [(f"The resume goes on past the {MAX_PAGES} pages this PDF prints.", "")])
             break
         pdf.block(kind, parts)
-    updated = text_of(meta.get("lastModified"))[:10]
+    updated = content.modified[:10]
     pdf.block("closing", [("The same resume as JSON Resume: ", ""), (canonical, canonical),
                           (f" (updated {updated})." if updated else ".", "")])
     return bytes(pdf.output())
