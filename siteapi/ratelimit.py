@@ -13,7 +13,7 @@ bench/bench_ratelimit.py measures. Several processes share counts through `limit
 
 Budgets count requests, not how long they last: `WorkSlots` caps how many slow ones (the lens's
 outside fetches) run at once in the process, and for one caller. `TargetBudget` counts the other
-way round: the lens's fresh scans of one target host, whoever asks, where the per-caller policies
+way round: the lens's fresh scans of one target site, whoever asks, where the per-caller policies
 are counted (so across processes too when the store is shared).
 """
 from __future__ import annotations
@@ -161,16 +161,16 @@ class WorkSlots:
 
 
 class TargetBudget:
-    """At most `policy.quota` fresh lens scans of one host per `policy.window` seconds, for every
-    caller together: one scan sends about 42 signed requests to the host, so per-caller budgets
+    """At most `policy.quota` fresh lens scans of one site per `policy.window` seconds, for every
+    caller together: one scan sends about 42 signed requests to the site, so per-caller budgets
     alone let each caller aim over a thousand a minute at a site of its choosing."""
 
     def __init__(self, policy: RatePolicy, storage: str = "memory://"):
         self.policy = policy
         self._limiter = RateLimiter({policy.name: policy}, storage)
 
-    def spend(self, host: str) -> Decision:
-        return self._limiter.hit(self.policy.name, host)
+    def spend(self, site: str) -> Decision:
+        return self._limiter.hit(self.policy.name, site)
 
 
 def lens_target_budget(settings) -> TargetBudget:

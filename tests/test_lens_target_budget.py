@@ -1,4 +1,4 @@
-"""The lens's per-target budget on the real server: one host is scanned afresh at most
+"""The lens's per-target budget on the real server: one site is scanned afresh at most
 `[lens] target_scans` times per `target_window_s` for every caller together, over /lens/fetch (every
 phase and mode), /lens/compare.json (each side), a redirect's host and the MCP lens and snapshot
 tools; past it a 429 `target_rate_limited` with Retry-After comes before any request to that host
@@ -17,10 +17,12 @@ from conftest import ROOT, Client, build_site, make_settings
 from lens_sites import site_fetcher
 from servers import accepts, running, serve_wsgi
 from siteapi.config import SettingsError, load_settings
+from siteapi.lens.targets import TargetSpent, Visits, site_of
+from siteapi.ratelimit import RatePolicy, TargetBudget
 from test_stack_e2e import free_port
 
 BUDGET = 3
-REFUSAL = "fresh scans of {host} it makes in 3600 seconds for all its callers together"
+REFUSAL = "fresh scans of {host} and its subdomains it makes in 3600 seconds for all its callers together"
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +78,40 @@ def test_one_host_is_scanned_afresh_at_most_the_budget_for_all_callers(settings,
             assert_refused(fetch(api, sites.url("blog.test", "/other"), "198.51.100.1", **params), "blog.test")
         assert sites.hosts["blog.test"] == before  # refused before any request
         assert fetch(api, sites.url("ready.test"), "198.51.100.1", phases="page").status_code == 200  # per host
+
+
+def test_the_subdomains_of_a_domain_are_one_site(settings, sites, checker):
+    """A server that answers every name under its domain is not scanned the budget once per name."""
+    with lens_app(settings, sites, checker) as api:
+        names = [f"x{n}.blog.test" for n in range(BUDGET)]
+        assert [fetch(api, sites.url(name), "203.0.113.70", phases="page").status_code for name in names] == [200] * BUDGET
+        before = dict(sites.hosts)
+        for name in ("blog.test", "www.blog.test", "a.b.c.blog.test"):
+            assert_refused(fetch(api, sites.url(name), "203.0.113.71", phases="page"), "blog.test")
+        assert dict(sites.hosts) == before
+        assert fetch(api, sites.url("ready.test"), "203.0.113.71", phases="page").status_code == 200
+
+
+@pytest.mark.parametrize("host, site", [
+    ("blog.test", "blog.test"), ("x1.blog.test", "blog.test"), ("WWW.Example.com", "example.com"),
+    ("a.b.example.co.uk", "example.co.uk"),          # co.uk is a public suffix: the company is the site
+    ("alice.github.io", "alice.github.io"),          # so is github.io (the list's private section)
+    ("github.io", "github.io"), ("localhost", "localhost"),
+    ("93.184.215.14", "93.184.215.14"),              # an IPv4 address alone
+    ("2001:db8:7:1::5", "2001:db8:7:1::/64"),        # an IPv6 address by its /64
+])
+def test_what_one_site_is(host, site):
+    assert site_of(host) == site
+
+
+def test_the_addresses_of_one_ipv6_slash_64_are_one_site():
+    budget = TargetBudget(RatePolicy("lens_target", 1, 3600))
+    first_scan, second_scan = Visits(budget), Visits(budget)
+    first_scan("2001:db8:7:1::5")
+    first_scan("2001:db8:7:1:ffff::9")  # the same scan at the same site again rides on its unit
+    with pytest.raises(TargetSpent, match=r"fresh scans of the addresses in 2001:db8:7:1::/64 it makes"):
+        second_scan("2001:db8:7:1:ffff::9")
+    second_scan("2001:db8:7:2::5")  # the next /64 is another site
 
 
 def test_answers_from_the_lens_caches_spend_nothing(settings, sites, checker, scanner):

@@ -3,33 +3,64 @@
 A fresh scan is lens work for a caller that goes out to the network: `/lens/fetch` in every phase
 and mode, each side of `/lens/compare.json`, an MCP snapshot capture or compare. It spends one unit
 of the budget of each host it sends a request to: the target's before the first request, and any
-other host (a redirect's, a declared sitemap's) before the first hop to it. Answers from the lens
-caches spend nothing; a scan whose discovery is cached still fetches the page and spends. Keyed
-by host, not origin (http and https reach one server) and not registrable domain (no public
-suffix list is installed, and guessing one would lump unrelated sites under co.uk or github.io).
-The owner's jobs (the census) pass no budget.
+other site (a redirect's, a declared sitemap's) before the first hop to it. Answers from the lens
+caches spend nothing; a scan whose discovery is cached still fetches the page and spends. The
+owner's jobs (the census) pass no budget.
+
+A site is what `site_of` names: a name's registrable domain, by the public suffix list, so that a
+server answering every subdomain (wildcard DNS) is one site and not one per name, while the users
+of github.io or the companies under co.uk stay apart; an IPv4 address itself; an IPv6 address by
+its /64, which one machine can fill with addresses, as the per-caller limits count callers.
+Ports and schemes do not make another site: they reach the same machine.
 """
 from __future__ import annotations
 
+import functools
+import ipaddress
 import threading
+
+from publicsuffixlist import PublicSuffixList
 
 from ..ratelimit import Decision, TargetBudget
 from ..web import ApiError
 from .fetch import FetchFailed, Fetcher, Target
 
 
-class TargetSpent(FetchFailed):
-    """The host's budget is spent: before the first request a 429, on a later hop that hop fails."""
+@functools.cache
+def _public_suffixes() -> PublicSuffixList:
+    return PublicSuffixList()  # the list the package ships; nothing is fetched
 
-    def __init__(self, host: str, decision: Decision):
+
+def site_of(host: str) -> str:
+    """The site a request to `host` (ASCII, no brackets, no trailing dot) is counted against."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        name = host.lower()
+        return _public_suffixes().privatesuffix(name) or name  # a public suffix itself is its own site
+    return str(ipaddress.IPv6Network((int(address), 64), strict=False)) if address.version == 6 else str(address)
+
+
+def _described(site: str) -> str:
+    if "/" in site:
+        return f"the addresses in {site}"
+    if site.replace(".", "").isdigit() or _public_suffixes().privatesuffix(site) is None:
+        return site  # an address, or a public suffix (github.io) whose subdomains are other sites
+    return f"{site} and its subdomains"
+
+
+class TargetSpent(FetchFailed):
+    """The site's budget is spent: before the first request a 429, on a later hop that hop fails."""
+
+    def __init__(self, site: str, decision: Decision):
         self.retry_after = decision.retry_after
-        super().__init__(f"The lens has made the {decision.policy.quota} fresh scans of {host} it makes in "
+        super().__init__(f"The lens has made the {decision.policy.quota} fresh scans of {_described(site)} it makes in "
                          f"{decision.policy.window} seconds for all its callers together, so that it cannot be "
                          f"turned on one site; retry in {self.retry_after} seconds.")
 
 
 class Visits:
-    """One fresh scan's spending: the first visit to a host spends its unit, later ones ride on it."""
+    """One fresh scan's spending: the first visit to a site spends its unit, later ones ride on it."""
 
     def __init__(self, budget: TargetBudget):
         self.budget = budget
@@ -37,12 +68,13 @@ class Visits:
         self._decisions: dict[str, Decision] = {}
 
     def __call__(self, host: str) -> None:
+        site = site_of(host)
         with self._lock:
-            if host not in self._decisions:
-                self._decisions[host] = self.budget.spend(host)
-            decision = self._decisions[host]
+            if site not in self._decisions:
+                self._decisions[site] = self.budget.spend(site)
+            decision = self._decisions[site]
         if not decision.allowed:
-            raise TargetSpent(host, decision)
+            raise TargetSpent(site, decision)
 
 
 def refusal(spent: TargetSpent) -> ApiError:
@@ -51,7 +83,7 @@ def refusal(spent: TargetSpent) -> ApiError:
 
 
 def spending(fetcher: Fetcher, budget: TargetBudget | None, target: Target) -> Fetcher:
-    """The fetcher for one fresh scan of `target`, its host's unit spent now: ApiError 429 when
+    """The fetcher for one fresh scan of `target`, its site's unit spent now: ApiError 429 when
     that budget is spent, before any request. Without a budget (the jobs) the fetcher itself."""
     if budget is None:
         return fetcher
