@@ -200,9 +200,8 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                 reply.headers["Link"] = pages.canonical_link(settings, GUIDE.path)
             return with_etag(reply)
         body = markdown.render(text.split("\n", 2)[2])  # the template prints the title itself
-        return with_etag(Reply(
-            pages.html_page(settings, GUIDE.title, GUIDE.description, body, GUIDE.path, GUIDE.twin),
-            content_type="text/html; charset=utf-8", cache=DOC_CACHE, headers={"Vary": "Accept"}))
+        return with_etag(pages.html_reply(
+            pages.html_page(settings, GUIDE.title, GUIDE.description, body, GUIDE.path, GUIDE.twin), cache=DOC_CACHE))
 
     def signature_directory():
         signer = botauth.signer_for(settings)

@@ -9,8 +9,10 @@ body is the guide's introduction).
 """
 from __future__ import annotations
 
+import base64
 import difflib
 import functools
+import hashlib
 import html
 import re
 import sqlite3
@@ -26,8 +28,8 @@ from siteapi import tokens
 from siteapi.content import TWIN_OF_HOME, markdown
 from siteapi.web import PAGE_CACHE, ApiError, Reply, wants_markdown
 
-TEMPLATE = bottle.SimpleTemplate(
-    (Path(__file__).parent / "templates" / "page.tpl").read_text(encoding="utf-8"), noescape=False)
+_TEMPLATE_SOURCE = (Path(__file__).parent / "templates" / "page.tpl").read_text(encoding="utf-8")
+TEMPLATE = bottle.SimpleTemplate(_TEMPLATE_SOURCE, noescape=False)
 SECTIONS = (("page", "Pages"), ("writing", "Writing"), ("document", "Documents"), ("utility", "Utilities"))
 MARKDOWN_TYPE = "text/markdown; charset=utf-8"
 # What a path keeps as written in a URL: the rest (non-ASCII, quotes, brackets, parentheses, '<' and '>')
@@ -38,6 +40,21 @@ _LINK_TEXT_SPECIALS = re.compile(r"([\\\[\]])")
 # with the line that closes each.
 _HTML_BLOCK_ENDS = ((re.compile(r"<(script|pre|style|textarea)(?=[\s>]|$)", re.I), "</{}>"), (re.compile(r"<!--"), "-->"),
                     (re.compile(r"<\?"), "?>"), (re.compile(r"<!\[CDATA\["), "]]>"), (re.compile(r"<![A-Za-z]"), ">"))
+
+
+def _inline_hash(tag: str) -> str:
+    """The CSP source of the template's one inline <style> or <script>, by its text's hash."""
+    body = re.search(rf"<{tag}>(.*?)</{tag}>", _TEMPLATE_SOURCE, re.S).group(1)
+    return "'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'"
+
+
+# Every HTML page's policy. The template's own style and script run by their hashes; anything else
+# inline - a <script> or a style="" in raw HTML in content/ - does not, nor does a plug-in, a <base>
+# or a script from elsewhere. Images may come from any https site (the owner's Markdown may show
+# one). Framing is left open: the page has nothing to click that changes anything.
+CONTENT_SECURITY_POLICY = (f"default-src 'self'; script-src {_inline_hash('script')}; style-src {_inline_hash('style')}; "
+                           "img-src 'self' https: data:; object-src 'none'; base-uri 'none'; form-action 'self'")
+HTML_TYPE = "text/html; charset=utf-8"
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,11 @@ def html_page(settings, title: str, description: str, body_html: str, path: str 
                            markdown_path=markdown_path and quote(markdown_path, safe=URL_SAFE))
 
 
+def html_reply(text: str, cache: str = PAGE_CACHE) -> Reply:
+    return Reply(text, content_type=HTML_TYPE, cache=cache,
+                 headers={"Vary": "Accept", "Content-Security-Policy": CONTENT_SECURITY_POLICY})
+
+
 def markdown_reply(text: str, cache: str = PAGE_CACHE) -> Reply:
     return Reply(text, content_type=MARKDOWN_TYPE, cache=cache,
                  headers={"Vary": "Accept", "x-markdown-tokens": str(tokens.count(text))})
@@ -115,7 +137,7 @@ def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str, route
     body = _render_body(row["body"])
     markdown_path = None if routed(twin_path(lookup)) else twin_path(lookup)
     text = html_page(settings, row["title"], row["description"], body, lookup, markdown_path)
-    return Reply(text, content_type="text/html; charset=utf-8", headers={"Vary": "Accept"})
+    return html_reply(text)
 
 
 def all_pages(conn: sqlite3.Connection, routed: Callable[[str], bool]) -> list[dict]:
@@ -248,4 +270,5 @@ def render_error(settings, fmt: str, body: dict, path: str) -> tuple[str, str, d
     content = (f"<p>{html.escape(body['error'])}</p>"
                + (f"<p>Perhaps you meant:</p><ul>{items}</ul>" if items else "")
                + '<p>Or start from the <a href="/">home page</a> or the <a href="/sitemap.xml">sitemap</a>.</p>')
-    return "text/html; charset=utf-8", html_page(settings, "Not found", body["error"], content, None, None), {}
+    return (HTML_TYPE, html_page(settings, "Not found", body["error"], content, None, None),
+            {"Content-Security-Policy": CONTENT_SECURITY_POLICY})

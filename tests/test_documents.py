@@ -1,5 +1,6 @@
 """Pages and the documents agents look for: HTML (strict HTML5), Markdown negotiation and twins,
 llms.txt, llms-full.txt, sitemap, robots.txt, api-catalog, /openapi.json and the developer guide."""
+import base64
 import hashlib
 import re
 import xml.etree.ElementTree as ET
@@ -21,6 +22,24 @@ from siteapi import resume, tokens
 
 def strict_parse(text):
     html5lib.HTMLParser(strict=True).parse(text)
+
+
+def assert_runs_under_its_policy(response):
+    """Every inline <script> and <style> of the page is allowed by its Content-Security-Policy (CSP 3:
+    the sha256 of the element's text), and nothing inline that a hash cannot allow (an on* handler,
+    a style attribute, a javascript: URL) is on the page, since the browser would drop it."""
+    policy = dict((d.split(" ", 1) + [""])[:2] for d in response.headers["Content-Security-Policy"].split("; "))
+    assert "'unsafe-inline'" not in response.headers["Content-Security-Policy"]
+    assert policy["object-src"] == "'none'" and policy["base-uri"] == "'none'" and policy["default-src"] == "'self'"
+    tree = html5lib.parse(response.text, namespaceHTMLElements=False)
+    for tag, directive in (("script", "script-src"), ("style", "style-src")):
+        for element in tree.iter(tag):
+            digest = base64.b64encode(hashlib.sha256((element.text or "").encode()).digest()).decode()
+            assert f"'sha256-{digest}'" in policy[directive].split(), (response.url, tag)
+    for element in tree.iter():
+        for name, value in element.attrib.items():
+            assert not name.startswith("on") and name != "style", (response.url, element.tag, name)
+            assert not value.strip().lower().startswith("javascript:"), (response.url, element.tag, name)
 
 
 class _Links(HTMLParser):
@@ -71,6 +90,7 @@ def test_every_page_is_strict_html5_with_a_markdown_twin(api, site_settings):
         assert r.status_code == 200, path
         assert r.headers["Content-Type"] == "text/html; charset=utf-8"
         strict_parse(r.text)
+        assert_runs_under_its_policy(r)
         twin = "/index.md" if path == "/" else path + ".md"
         assert f'href="{twin}"' in r.text
         md = api.get(twin)

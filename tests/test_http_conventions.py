@@ -10,6 +10,7 @@ import requests
 from app import make_app
 from conftest import make_settings
 from servers import serve_wsgi
+from test_documents import assert_runs_under_its_policy
 
 
 def test_unknown_json_path_is_a_json_404_with_suggestions(api):
@@ -27,6 +28,7 @@ def test_unknown_page_404_follows_accept(api):
     assert as_html.status_code == 404 and as_html.headers["Content-Type"].startswith("text/html")
     html5lib.HTMLParser(strict=True).parse(as_html.text)
     assert 'rel="canonical"' not in as_html.text  # it named the missing URL as the page's own
+    assert_runs_under_its_policy(as_html)
     as_json = api.get("/writting/carb", headers={"Accept": "application/json"})
     assert as_json.status_code == 404 and as_json.json()["suggestions"]
     as_md = api.get("/writting/carb", headers={"Accept": "text/markdown"})
