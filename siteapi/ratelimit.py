@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
+import ipaddress
 import math
 import threading
 import time
@@ -28,6 +30,22 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping
 
 from siteapi.config import RatePolicy, option
+
+
+@functools.lru_cache(maxsize=4096)
+def address_key(address: str) -> str:
+    """An address in one spelling, IPv4-mapped IPv6 as IPv4, and IPv6 as its /64: the block one
+    subscriber is given, so stepping through its 2^64 addresses buys no fresh budget. What is not
+    an address (a /64 already, when an MCP tool calls an endpoint for its caller) stays as it is."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if ip.version == 4:
+        return str(ip)
+    if ip.ipv4_mapped:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(ip), 64), strict=False))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import ipaddress
 import json
 import logging
 import re
@@ -25,7 +24,7 @@ from urllib.parse import parse_qsl, quote
 import bottle
 
 from siteapi import db
-from siteapi.ratelimit import RateLimiter, SlotsFull, WorkSlots
+from siteapi.ratelimit import RateLimiter, SlotsFull, WorkSlots, address_key
 
 log = logging.getLogger("siteapi")
 
@@ -156,24 +155,8 @@ def header(name: str, default: str | None = "") -> str | None:
 
 def caller() -> str:
     """Who a rate limit counts: the client address as waitress sees it (X-Forwarded-For only from a
-    trusted proxy), by `_caller_key`."""
-    return _caller_key(bottle.request.environ.get("REMOTE_ADDR") or "0.0.0.0")
-
-
-@functools.lru_cache(maxsize=4096)
-def _caller_key(address: str) -> str:
-    """An address in one spelling, IPv4-mapped IPv6 as IPv4, and IPv6 as its /64: the block one
-    subscriber is given, so stepping through its 2^64 addresses buys no fresh budget. What is not
-    an address (a /64 already, when an MCP tool calls an endpoint for its caller) stays as it is."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    if ip.version == 4:
-        return str(ip)
-    if ip.ipv4_mapped:
-        return str(ip.ipv4_mapped)
-    return str(ipaddress.IPv6Network((int(ip), 64), strict=False))
+    trusted proxy), by `address_key`."""
+    return address_key(bottle.request.environ.get("REMOTE_ADDR") or "0.0.0.0")
 
 
 def body(limit: int = MAX_BODY_BYTES) -> bytes:

@@ -21,7 +21,7 @@ import threading
 
 from publicsuffixlist import PublicSuffixList
 
-from ..ratelimit import Decision, TargetBudget
+from ..ratelimit import Decision, TargetBudget, address_key
 from ..web import ApiError
 from .fetch import FetchFailed, Fetcher, Target
 
@@ -34,11 +34,11 @@ def _public_suffixes() -> PublicSuffixList:
 def site_of(host: str) -> str:
     """The site a request to `host` (ASCII, no brackets, no trailing dot) is counted against."""
     try:
-        address = ipaddress.ip_address(host)
+        ipaddress.ip_address(host)
     except ValueError:
         name = host.lower()
         return _public_suffixes().privatesuffix(name) or name  # a public suffix itself is its own site
-    return str(ipaddress.IPv6Network((int(address), 64), strict=False)) if address.version == 6 else str(address)
+    return address_key(host)
 
 
 def _described(site: str) -> str:
