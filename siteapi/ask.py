@@ -67,6 +67,8 @@ def handle(method: str, query: Mapping[str, str], body: bytes | None, content_ty
     Raises ApiError 400 (a parameter or the body is wrong; `parameter` names it) or 501 (mode).
     `model_allowed()` spends one unit of the caller's model budget and says whether it was left."""
     request = parse_request(method, query, body, content_type, settings)
+    if method == "HEAD":  # the headers GET would send; ranking for a body no one reads would spend the model budget
+        return 200, dict(JSON_HEADERS if not request.streaming else STREAM_HEADERS), _no_body()
     if not request.streaming:
         ranked = rank_question(request, settings, conn, model_allowed)
         results = list(ranked.results)
@@ -82,6 +84,11 @@ def handle(method: str, query: Mapping[str, str], body: bytes | None, content_ty
         }
     stream = legacy_stream if request.dialect == "legacy" else structured_stream
     return 200, dict(STREAM_HEADERS), stream(request, settings, conn, model_allowed)
+
+
+def _no_body() -> Iterator[bytes]:
+    """A HEAD's body: nothing, and no Content-Length, whose value GET's answer alone could give."""
+    yield b""
 
 
 # --- request parsing --------------------------------------------------------------------------
@@ -305,6 +312,9 @@ def rank_question(request: AskRequest, settings, conn: sqlite3.Connection,
         except ranker.EmbeddingTimeout as exc:
             log.info("ask: %s; ranking lexically", exc)
             reason = "timeout"
+        except Exception:  # onnxruntime failing mid-run: the question is still answered, never refused
+            log.exception("ask: the model failed on a question; ranking lexically")
+            reason = "model-unavailable"
         else:
             probabilities = ranker.rank(vector, matrix.vectors, config.temperature, config.none_cosine)
             order = np.argsort(-probabilities[:-1], kind="stable")[: request.top_k]

@@ -1,8 +1,8 @@
 """The /ask decision model: MiniLM-L6-v2 (int8 ONNX) sentence vectors and a probability per page.
 
 The model and its tokenizer live in `models/` and are loaded lazily, once per process, behind a
-lock; onnxruntime runs on one intra-op thread so a question never competes with the other
-request threads for more than its own core. Page vectors (the centroid of the vectors of
+lock; onnxruntime runs on one intra-op thread, and at most MODEL_RUNS questions are embedded at
+once, so questions never take more than their cores from the other request threads. Page vectors (the centroid of the vectors of
 "title. description" and of the start of the body in sentence-aligned passages) are computed by
 the content job and cached in `page_vectors` by content hash and representation, so a restart or
 an unchanged page costs nothing and a changed representation re-embeds every page; the app keeps
@@ -22,6 +22,7 @@ MRR@10 0.777 vs 0.68 and 0.776, `bench/bench_ask_fp32.py`): quantization costs n
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sqlite3
 import threading
@@ -134,6 +135,10 @@ class Model:
         return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
 
+# Questions embedded at once in the process, each on one core: one core is left to the requests that
+# are not questions (on the 2-core machine, one question at a time; a run takes 4-30 ms).
+MODEL_RUNS = max(1, (os.cpu_count() or 2) - 1)
+_model_runs = threading.BoundedSemaphore(MODEL_RUNS)
 _models: dict[tuple[Path, Path], Model] = {}
 _failed: dict[tuple[Path, Path], tuple | None] = {}  # the files' state when loading them failed
 _models_lock = threading.Lock()
@@ -259,18 +264,34 @@ def page_matrix(conn: sqlite3.Connection) -> PageMatrix:
 
 def embed_question(model: Model, question: str, prev: list[str], config: RankerSettings) -> np.ndarray:
     """The question's vector, blended with the earlier questions at `prev_weight` (their mean),
-    within the deadline; raises EmbeddingTimeout when it overran. The deadline is checked after the
-    run (onnxruntime cannot be interrupted cheaply) - the point is that a slow answer is not used.
-    Texts are read in NFKC form: the vocabulary knows full-width and styled letters only as [UNK]."""
+    within the deadline; raises EmbeddingTimeout when it cannot be had in time. Texts are read in
+    NFKC form: the vocabulary knows full-width and styled letters only as [UNK].
+
+    Each text is embedded on its own, at most MODEL_RUNS at once in the process, and the deadline
+    is checked before each run as well as after the last. A batch pads every row to the longest,
+    so ten short earlier questions beside a 5 KB one cost eleven full windows; and eight such
+    questions at once, each certain to overrun, had taken the app from 180 MB to over 1 GB, which
+    the allocator kept, for answers that were then not used. Now a question stops at the first
+    run past its deadline, one waiting for a free run past its deadline never starts, and the
+    deadline bounds the wait as well as the work (onnxruntime cannot be interrupted mid-run)."""
     started = time.perf_counter()
-    texts = [unicodedata.normalize("NFKC", text[:QUESTION_CHARS]) for text in [question, *prev]]
-    vectors = model.embed(texts)
+    deadline = started + config.deadline_ms / 1000
+    vectors = []
+    for text in [question, *prev]:
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0 or not _model_runs.acquire(timeout=remaining):
+            raise EmbeddingTimeout(f"the question and {len(prev)} earlier ones were not embedded within "
+                                   f"{config.deadline_ms:g} ms ({len(vectors)} done)")
+        try:
+            vectors.append(model.embed([unicodedata.normalize("NFKC", text[:QUESTION_CHARS])])[0])
+        finally:
+            _model_runs.release()
     elapsed_ms = (time.perf_counter() - started) * 1000
     if elapsed_ms > config.deadline_ms:
         raise EmbeddingTimeout(f"embedding took {elapsed_ms:.1f} ms, deadline {config.deadline_ms:g} ms")
     vector = vectors[0]
     if prev:
-        vector = vector + config.prev_weight * vectors[1:].mean(axis=0)
+        vector = vector + config.prev_weight * np.mean(vectors[1:], axis=0)
         vector = vector / max(float(np.linalg.norm(vector)), 1e-12)
     return vector
 

@@ -50,6 +50,7 @@ EXPOSED = "Link, RateLimit, RateLimit-Policy, Retry-After, ETag, Allow, x-markdo
 # normalising cost a fifth of /search.json's throughput (bench_search.py). Route-specific headers
 # (Reply.headers) still go through Bottle.
 CONVENTION_HEADERS = "siteapi.convention_headers"
+LENGTH_UNKNOWN = "siteapi.length_unknown"  # a HEAD whose GET would send a body of a length not known here
 
 
 class ApiError(Exception):
@@ -315,6 +316,8 @@ class Site:
         convention_headers = environ[CONVENTION_HEADERS] = list(self.static_headers)
 
         def start(status, headers, exc_info=None):
+            if environ.get(LENGTH_UNKNOWN):  # Bottle counts the empty body it was given as the length
+                headers = [(name, value) for name, value in headers if name.lower() != "content-length"]
             return start_response(status, headers + convention_headers, exc_info)
 
         return self.app(environ, start)
@@ -381,6 +384,8 @@ class Site:
             return json_bytes(reply.body)
         if isinstance(reply.body, str):
             return reply.body.encode("utf-8", "replace")
+        if bottle.request.method == "HEAD" and not isinstance(reply.body, bytes):
+            bottle.request.environ[LENGTH_UNKNOWN] = True  # a stream's length, or one only a GET would know
         return reply.body  # bytes or an iterator (event streams)
 
     @staticmethod

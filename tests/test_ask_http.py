@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import socket
 import uuid
 
 import httpx
@@ -372,6 +373,32 @@ def test_ask_methods(client):
     assert r.status_code == 204 and r.headers["allow"] == "GET, HEAD, POST, OPTIONS"
     r = client.head("/ask", params={"query": "coffee"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream") and r.content == b""
+
+
+def test_head_ranks_nothing_and_spends_no_model_budget(client):
+    """A HEAD answers GET's headers: neither form ranks for a body that is not sent, so 25 of them
+    leave the caller's 20 model questions a minute untouched; a bad question is still its 400."""
+    for streaming in ("0", "1") * 12 + ("0",):
+        r = client.head("/ask", params={"query": "carburetor jets", "streaming": streaming})
+        assert r.status_code == 200 and r.content == b""
+        assert r.headers["content-type"].startswith("application/json" if streaming == "0" else "text/event-stream")
+        assert "content-length" not in r.headers  # the length only the GET's ranking would give
+    assert client.head("/ask", params={"query": " "}).status_code == 400
+    ranked = client.get("/ask", params={"query": "carburetor jets", "streaming": "0"}).json()["_meta"]["ranking"]
+    assert ranked == "model:minilm-l6-v2-int8"
+
+
+def test_a_head_of_unknown_length_ends_with_its_headers(base):
+    """Nothing follows the headers: waitress had announced such a HEAD as chunked and sent its last chunk."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"HEAD /ask?query=carburetor&streaming=0 HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and rest == b""
+    assert b"transfer-encoding" not in head.lower() and b"content-length" not in head.lower()
 
 
 # --- fallbacks on servers of their own ----------------------------------------------------------
