@@ -360,16 +360,22 @@ def _rank(index: _Index, candidates: np.ndarray, terms: list[str], ranking: dict
                 hits += close
                 ranking["semantic"] = True
     dropped = [term for term in active if not matched_by_term[term].any()]
+    # A common term tells too few photos apart to score them, but it still selects: "fujifilm" in an
+    # archive of mostly Fujifilm frames is not a request for the others too.
+    having_common = candidates.copy()
+    for term in common:
+        matched_by_term[term] = np.logical_or.reduce([masks[term][name] for name in fields])
+        having_common &= matched_by_term[term]
     if common:
         ranking["common"] = common
     if dropped:
         ranking["dropped"] = dropped
-    if not active:  # every term is too common to tell photos apart: all candidates, unranked
-        ranking["mode"], selected = "all-terms", candidates
-    elif (hits == len(active)).any():
-        ranking["mode"], selected = "all-terms", hits == len(active)
-    elif hits.any():
-        ranking["mode"], selected = "partial", hits > 0
+    if not active:  # every term is too common to rank by: the photos that have them all, unranked
+        ranking["mode"], selected = "all-terms", having_common
+    elif ((hits == len(active)) & having_common).any():
+        ranking["mode"], selected = "all-terms", (hits == len(active)) & having_common
+    elif ((hits > 0) & having_common).any():
+        ranking["mode"], selected = "partial", (hits > 0) & having_common
     else:
         ranking["mode"], selected = "no-match", np.zeros(index.size, dtype=bool)
     rows = np.flatnonzero(selected)  # already newest first

@@ -185,14 +185,26 @@ def test_q_of_stopwords_only_is_no_terms(env):
     assert body["query"]["q"] == "show me the photos"
 
 
-def test_common_terms_are_ignored_when_four_or_more_candidates(env):
+def test_common_terms_score_nothing_when_four_or_more_candidates(env):
     body = run(env, q="fujifilm harbour")
     assert body["ranking"]["common"] == ["fujifilm"]
     assert body["ranking"]["mode"] == "all-terms" and stems(body) == ["DSCF0101"]
-    assert body["photos"][0]["matched"] == ["harbour"] and body["photos"][0]["score"] == 5
+    assert body["photos"][0]["matched"] == ["fujifilm", "harbour"] and body["photos"][0]["score"] == 5
     few = run(env, q="fujifilm", film="acros")  # three candidates: too few to call anything common
     assert "common" not in few["ranking"] and few["total"] == 3
     assert all(p["score"] == 4 for p in few["photos"])  # camera weight
+
+
+def test_a_common_term_still_selects_the_photos_that_have_it(env):
+    """Too common to rank by, but "fujifilm" does not bring back the Sony and Ricoh frames."""
+    fuji = {stem for stem, demo in DEMOS.items() if "FUJIFILM" in demo.make.upper()}
+    assert 4 <= len(fuji) < len(DEMOS)
+    body = run(env, q="fujifilm", limit=100)
+    assert body["ranking"]["common"] == ["fujifilm"] and body["ranking"]["mode"] == "all-terms"
+    assert set(stems(body)) == fuji and body["total"] == len(fuji)
+    assert all(p["score"] == 0 and p["matched"] == ["fujifilm"] for p in body["photos"])
+    sony = run(env, q="fujifilm harbour", camera="sony")  # one candidate, so nothing is common
+    assert sony["ranking"]["mode"] == "no-match" and sony["photos"] == []
 
 
 def test_weights_choose_the_best_field_once_per_term(env):
