@@ -106,6 +106,14 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 ORDER_SQL = "ORDER BY taken IS NULL, taken DESC, stem"  # newest first, undated last, then by name
 
 
+def _recipe_pattern(needle: str) -> re.Pattern:
+    """The `recipe` filter as the card writes a setting ("Name: value": no space before the colon,
+    one after), whatever spacing was sent; a number that ends it ends there, so "Highlight: -1" is
+    not also -1.5."""
+    text = re.sub(r"\s*:\s*", ": ", needle.lower())
+    return re.compile(re.escape(text) + (r"(?!\.?\d)" if text[-1:].isdigit() else ""))
+
+
 def _text_param(params: dict, name: str) -> str:
     value = params.get(name)
     return " ".join(str(value).split())[:TEXT_MAX] if value is not None else ""
@@ -177,8 +185,12 @@ class _Index:
 
     def filter_mask(self, name: str, needle: str) -> np.ndarray:
         values, codes = self.filters[name]
-        needle = needle.lower()
-        wanted = [code for code, value in enumerate(values) if needle in value]
+        if name == "recipe":
+            pattern = _recipe_pattern(needle)
+            wanted = [code for code, value in enumerate(values) if pattern.search(value)]
+        else:
+            needle = needle.lower()
+            wanted = [code for code, value in enumerate(values) if needle in value]
         return np.isin(codes, wanted)
 
     def term_mask(self, field_name: str, term: str) -> np.ndarray:

@@ -108,6 +108,19 @@ def test_recipe_filter_matches_across_the_card(env):
     assert stems(run(env, recipe="4700K, R+4 / B-2")) == ["DSCF0101"]
 
 
+def test_recipe_filter_takes_any_spacing_around_the_colon_and_whole_numbers(env):
+    cards = {r["stem"]: r["recipe_text"].splitlines() for r in env[1].execute("SELECT stem, recipe_text FROM photos")
+             if r["recipe_text"]}
+    minus_one = {stem for stem, lines in cards.items() if "Highlight: -1" in lines}
+    assert minus_one and any("Highlight: -1.5" in lines for lines in cards.values())  # both on the demo cards
+    for sent in ("Highlight: -1", "highlight:-1", "Highlight :  -1", "HIGHLIGHT:\t-1"):
+        assert set(stems(run(env, recipe=sent, limit="100"))) == minus_one, sent
+    half = {stem for stem, lines in cards.items() if "Highlight: -1.5" in lines}
+    assert set(stems(run(env, recipe="Highlight:-1.5", limit="100"))) == half
+    dr400 = {stem for stem, lines in cards.items() if "Dynamic Range: DR400" in lines}
+    assert set(stems(run(env, recipe="Dynamic Range:DR400", limit="100"))) == dr400 != set()
+
+
 def test_dates_filter_inclusively(env):
     in_2024 = {s for s, d in DEMOS.items() if d.date.startswith("2024")}
     body = run(env, **{"from": "2024-01-01", "to": "2024-12-31", "limit": "100"})
