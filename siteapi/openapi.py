@@ -35,7 +35,8 @@ def _document(base_url: str) -> dict:
     for _, _, op in operations(doc):
         op["responses"].setdefault("default", {"$ref": "#/components/responses/Error"})  # any path can meet it
         for status, response in op["responses"].items():
-            if status.startswith("2") and "$ref" not in response:  # every answer the app gives carries these
+            # every answer the app gives carries these; the edge serves the image files itself
+            if status.startswith("2") and "$ref" not in response and not op.get("x-edge-served"):
                 headers = response.setdefault("headers", {})
                 for name in READ_HEADERS:
                     headers.setdefault(name, {"$ref": f"#/components/headers/{name}"})
