@@ -57,13 +57,17 @@ def api_operations(doc: dict):
 
 
 def api_endpoints() -> list[tuple[str, str, str]]:
-    """(summary, path, note) per JSON API operation: the description's first sentence, prefixed with
-    the method when it is not GET."""
+    """(summary, target, note) per JSON API operation: a GET's example request (followed, it answers
+    200, where the bare path may be a 400 for a missing parameter), another method's section of the
+    guide; and the description's first sentence, prefixed with the method when it is not GET."""
     out = []
     for path, method, op in api_operations(load()):
         text = " ".join((op.get("description") or op.get("summary", "")).split())
         note = text.split(". ")[0].rstrip(".") + "."
-        out.append((op.get("summary", path), path, note if method == "get" else f"{method.upper()}: {note}"))
+        if method == "get":
+            out.append((op.get("summary", path), example_target(path, method, op), note))
+        else:
+            out.append((op.get("summary", path), f"/developers#{op['operationId']}", f"{method.upper()}: {note}"))
     return out
 
 
@@ -89,22 +93,32 @@ def parameters(doc: dict, op: dict) -> list[dict]:
     return [resolve(doc, p["$ref"]) if "$ref" in p else p for p in op.get("parameters", [])]
 
 
-def curl_example(settings, path: str, method: str, op: dict) -> str:
+def _body_example(op: dict):
+    return op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("example")
+
+
+def example_target(path: str, method: str, op: dict) -> str:
+    """The operation's example request: its path with the example path parameters and query string."""
     params = [p for p in parameters(load(), op) if "example" in p]
-    body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("example")
     # A POST with a body example says it all in the body (POST /ask also reads the query string).
-    query = {} if method == "post" and body is not None else {
+    query = {} if method == "post" and _body_example(op) is not None else {
         p["name"]: p["example"] for p in params if p["in"] == "query"}
     for p in params:
         if p["in"] == "path":
             path = path.replace("{" + p["name"] + "}", str(p["example"]))
-    url = settings.url(path) + ("?" + urlencode(query) if query else "")
+    return path + ("?" + urlencode(query) if query else "")
+
+
+def curl_example(settings, path: str, method: str, op: dict) -> str:
+    body = _body_example(op)
+    target = example_target(path, method, op)
+    url = settings.url(target)
     if method == "post" and body is not None:
         return (f"curl -s -X POST {shlex.quote(url)} -H 'Content-Type: application/json' "
                 f"-d {shlex.quote(json.dumps(body))}")
     media = op["responses"].get("200", {}).get("content", {}).values()
     if any(m.get("schema", {}).get("format") == "binary" for m in media):  # curl will not print it to a terminal
-        return f"curl -s -o {shlex.quote(Path(path).name)} {shlex.quote(url)}"
+        return f"curl -s -o {shlex.quote(Path(target.split('?')[0]).name)} {shlex.quote(url)}"
     return f"curl -s {shlex.quote(url)}"
 
 

@@ -129,8 +129,26 @@ def test_llms_txt_follows_the_format(api):
     sections = [l[3:] for l in lines if l.startswith("## ")]
     assert sections[:2] == ["API", "Pages"] and "Writing" in sections
     links = re.findall(r"^- \[([^\]]+)\]\((https?://[^)]+)\)", r.text, re.M)
-    assert len(links) >= 45 and any(u.endswith("/search.json") for _, u in links)
+    assert len(links) >= 45 and any("/search.json?q=" in u for _, u in links)
     assert r.text.count("```") % 2 == 0
+
+
+def test_every_link_in_llms_txt_can_be_followed(api, site_settings):
+    """An agent following a link gets what it names: each API entry links a GET's example request,
+    which answers, or another method's section of the guide; never a bare endpoint's 400 or 405.
+    The lens's examples inspect example.com, which these tests do not reach; the feeds without
+    data yet answer 502 or 503, as they would on a new site."""
+    site = site_settings.public_base_url
+    links = re.findall(r"^- \[[^\]]+\]\((https?://[^)]+)\)", api.get("/llms.txt").text, re.M)
+    for url in links:
+        assert url.startswith(site + "/"), url
+        target = url.removeprefix(site)
+        if target.startswith(("/lens/fetch?", "/lens/compare.json?")):
+            continue
+        r = api.get(target, headers={"Accept": "text/markdown, application/json;q=0.9, */*;q=0.1"})
+        assert r.status_code in (200, 502, 503), (url, r.status_code, r.text[:200])
+        if "#" in target:
+            assert f'<a id="{target.split("#")[1]}"></a>' in r.text, url
 
 
 def test_llms_full_inlines_every_page(api):
@@ -205,7 +223,8 @@ def test_openapi_has_no_key_without_a_value(api):
 
 
 def test_both_ask_dialects_are_listed_in_llms_txt_the_catalog_and_the_guide(api):
-    ask_lines = [line for line in api.get("/llms.txt").text.splitlines() if "(https://aadhar.sh/ask)" in line]
+    ask_lines = [line for line in api.get("/llms.txt").text.splitlines()
+                 if "(https://aadhar.sh/ask?" in line or "(https://aadhar.sh/developers#askSite" in line]
     assert len(ask_lines) == 2 and any("query-string dialect" in line for line in ask_lines)
     assert any("v0.55 JSON-body dialect" in line and ": POST: " in line for line in ask_lines)
     assert all(line.rstrip().endswith(".") for line in ask_lines)  # whole first sentences, not cut lines
