@@ -85,7 +85,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         return cached_json(conn(), ("photos", tuple(sorted(query.items()))), lambda: photos.query(conn(), settings, query))
 
     def photo_manifest():
-        return photos.manifest(conn(), settings)
+        return cached_json(conn(), ("manifest",), lambda: photos.manifest(conn(), settings))
 
     def image_file(path):
         # Caddy serves /images/ in production; this serves the same files when the app runs alone.

@@ -205,6 +205,20 @@ def test_suggestions_are_real_pages_never_route_templates(api):
         assert suggestions and not any("<" in url for url in suggestions), (path, suggestions)
 
 
+@pytest.mark.parametrize("path, other", [("/search.json?q=carburetor", "/search.json?q=carburetor&limit=1"),
+                                         ("/photos/query.json?q=harbour", "/photos/query.json?q=harbour&limit=1"),
+                                         ("/images/manifest.json", None)])
+def test_the_cached_json_answers_can_be_revalidated(api, path, other):
+    first = api.get(path)
+    etag = first.headers["ETag"]
+    assert first.status_code == 200 and etag.startswith('W/"') and api.get(path).headers["ETag"] == etag
+    again = api.get(path, headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b"" and again.headers["ETag"] == etag
+    assert again.headers["Cache-Control"] == first.headers["Cache-Control"]
+    assert api.get(path, headers={"If-None-Match": 'W/"other"'}).status_code == 200
+    assert other is None or api.get(other).headers["ETag"] != etag
+
+
 def test_head_has_get_headers_and_no_body(api):
     get = api.get("/search.json?q=carburetor")
     head = api.request("HEAD", "/search.json?q=carburetor")
