@@ -207,9 +207,24 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
     )
 
 
+def _whole_number(digits: str) -> int:
+    """A JSON integer, one of thousands of digits too: past every bound all the same, where Python
+    refuses more than 4,300 (and then blamed the body, not the field)."""
+    return int(digits if len(digits) <= 64 else digits[:64])
+
+
+def _json_type(value) -> str:
+    """The JSON name of a decoded value's type, for an error sentence."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {dict: "object", list: "array", str: "string"}.get(type(value), "number")
+
+
 def _json_object(body: bytes, query_id: str) -> dict:
     try:
-        data = json.loads(body)
+        data = json.loads(body, parse_int=_whole_number)
     except UnicodeDecodeError as exc:  # RFC 8259: JSON between systems is UTF-8, whatever charset is declared
         raise _bad("body", f"The request body is not UTF-8 ({exc.reason} at byte {exc.start}); send the JSON "
                            'encoded as UTF-8, such as {"query": {"text": "your question"}}.', query_id) from None
@@ -221,7 +236,7 @@ def _json_object(body: bytes, query_id: str) -> dict:
                            '{"query": {"text": "your question"}}.', query_id) from None
     if not isinstance(data, dict):
         raise _bad("body", 'The request body must be a JSON object such as {"query": {"text": "your question"}}, '
-                           f"not a JSON {type(data).__name__}.", query_id)
+                           f"not a JSON {_json_type(data)}.", query_id)
     return data
 
 
@@ -277,7 +292,7 @@ def _structured_fields(data: dict, query_id: str) -> dict:
     if question.get("text") is not None and not isinstance(question["text"], str):
         raise _bad("query", "Field query.text must be a string: the question.", query_id)
     fields = {
-        "query": question.get("text") or "",
+        "query": question.get("text"),  # absent: the query string's `query`, as for every other field
         "site": _typed(question, "site", (str,), "query.site", query_id),
         "decontextualized_query": _typed(question, "decontextualized_query", (str,), "query.decontextualized_query", query_id),
         "query_id": _typed(data, "query_id", (str,), "query_id", query_id),
@@ -378,8 +393,13 @@ def meta(request: AskRequest, ranked: Ranking) -> dict:
 
 # --- streams ----------------------------------------------------------------------------------
 
+# Line ends to str.splitlines(), which readers such as requests' iter_lines use, though SSE ends a
+# line only at CR or LF; json.dumps escapes the other control characters already.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def _data(payload: dict, event: str | None = None) -> str:
-    line = "data: " + json.dumps(payload, ensure_ascii=False) + "\n\n"
+    line = "data: " + json.dumps(payload, ensure_ascii=False).translate(_LINE_BREAKS) + "\n\n"
     return f"event: {event}\n{line}" if event else line
 
 

@@ -37,7 +37,7 @@ from jsonschema import Draft202012Validator
 
 from siteapi import openapi
 from siteapi.mcp_tools import InProcess, Outcome, Tool, endpoint_tools, snapshot_tools
-from siteapi.web import MAX_BODY_BYTES, MAX_QUERY_BYTES, Reply, body, caller, header, with_etag
+from siteapi.web import MAX_BODY_BYTES, MAX_QUERY_BYTES, ApiError, Reply, body, caller, header, with_etag
 
 log = logging.getLogger("siteapi.mcp")
 
@@ -191,7 +191,7 @@ class McpServer:
         response's error and drop any other body. The sentence is the message, the rest its data."""
         try:
             message = json.loads(body(MAX_BODY_BYTES))
-        except (ValueError, RecursionError):
+        except (ValueError, RecursionError, ApiError):  # ApiError: a body in a content coding, itself refused
             message = None
         return rpc_error(readable_id(message), SERVER_ERROR, error["error"], {k: v for k, v in error.items() if k != "error"})
 

@@ -176,7 +176,14 @@ def caller() -> str:
 
 
 def body(limit: int = MAX_BODY_BYTES) -> bytes:
-    """The request body, read up to `limit` + 1 bytes so an oversize body is detectable."""
+    """The request body, read up to `limit` + 1 bytes so an oversize body is detectable. A body in a
+    content coding (gzip, br) is a 415 naming the one taken (RFC 9110 15.5.16); it had been read as
+    its compressed bytes and refused as text that is not UTF-8."""
+    coding = header("Content-Encoding").strip().lower()
+    if coding not in ("", "identity"):
+        raise ApiError(415, f"Request bodies are read as they are sent, not decoded from Content-Encoding "
+                       f"{coding[:40]!r}; send the JSON without a content coding.",
+                       code="unsupported_content_encoding", headers={"Accept-Encoding": "identity"})
     return bottle.request.environ["wsgi.input"].read(limit + 1) if bottle.request.content_length else b""
 
 

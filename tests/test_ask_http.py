@@ -6,6 +6,7 @@ Every JSON answer is validated against /openapi.json. Each test asks as its own 
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import itertools
 import json
 import socket
@@ -109,6 +110,49 @@ def test_bad_bodies_are_400(client, content, parameter):
     r = client.post("/ask", content=content, headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.headers["content-type"].startswith("application/json")
     assert r.json()["parameter"] == parameter and r.json()["error"]
+
+
+@pytest.mark.parametrize("content,named", [(b"[1]", "array"), (b'"q"', "string"), (b"null", "null"),
+                                           (b"5", "number"), (b"true", "boolean")])
+def test_a_body_of_another_json_type_is_named_as_json_names_it(client, content, named):
+    r = client.post("/ask", content=content, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["parameter"] == "body"
+    assert r.json()["error"].endswith(f"not a JSON {named}.")
+
+
+def test_a_top_k_of_thousands_of_digits_is_clamped_not_blamed_on_the_body(client):
+    r = client.post("/ask", content=b'{"query": {"text": "carburetor"}, "prefer": {"streaming": false}, "top_k": '
+                    + b"9" * 5000 + b"}", headers={"Content-Type": "application/json"})
+    assert r.status_code == 200 and len(r.json()["results"]) == 46, r.text[:300]  # 50, past every page
+    r = client.post("/ask", content=b'{"query": {"text": "carburetor"}, "top_k": -' + b"9" * 5000 + b"}")
+    assert r.status_code == 200
+
+
+@pytest.mark.parametrize("coding", ["gzip", "br", "GZIP, identity"])
+def test_a_compressed_body_is_a_415_saying_to_send_it_as_it_is(client, coding):
+    r = client.post("/ask", content=gzip.compress(b'{"query": {"text": "carburetor"}}'),
+                    headers={"Content-Type": "application/json", "Content-Encoding": coding})
+    assert r.status_code == 415 and r.headers["Accept-Encoding"] == "identity"
+    assert r.json()["code"] == "unsupported_content_encoding" and "without a content coding" in r.json()["error"]
+    plain = client.post("/ask", json={"query": {"text": "carburetor"}, "prefer": {"streaming": False}},
+                        headers={"Content-Encoding": "identity"})
+    assert plain.status_code == 200
+
+
+def test_a_structured_body_without_text_asks_the_query_strings_question(client):
+    r = client.post("/ask?query=carburetor+jets", json={"query": {}, "prefer": {"streaming": False}, "top_k": 1})
+    assert r.status_code == 200 and r.json()["query"] == "carburetor jets" and r.json()["_meta"]["dialect"] == "0.55"
+    r = client.post("/ask", json={"query": {"site": "aadhar.sh"}, "prefer": {"streaming": False}})
+    assert r.status_code == 400 and r.json()["parameter"] == "query"
+
+
+def test_line_separators_stay_escaped_in_the_stream(client):
+    """SSE ends a line only at CR or LF, but readers that split with str.splitlines (requests'
+    iter_lines) also split at U+0085, U+2028 and U+2029: the frames keep them as JSON escapes."""
+    r = client.get("/ask", params={"query": "carburetor\u2028jets\u2029floats"})
+    frames = [line for line in r.text.splitlines() if line.startswith("data: ")]
+    assert len(frames) >= 3 and all(json.loads(line[6:]) for line in frames)
+    assert json.loads(frames[0][6:])["query"] == "carburetor\u2028jets\u2029floats"
 
 
 def test_modes_and_sites_over_http(client):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import gzip
 import json
 import re
 
@@ -293,6 +294,14 @@ def test_versions_without_batches_refuse_them(api, version):
 def test_a_body_over_one_megabyte_is_413(api):
     response = call(api, None, raw=json.dumps(request("ping", {"pad": "x" * (1 << 20)})).encode())
     assert response.status_code == 413 and error_code(response) == -32600
+
+
+def test_a_compressed_body_is_a_415_as_a_json_rpc_error(api):
+    response = call(api, None, raw=gzip.compress(json.dumps(request("ping")).encode()),
+                    headers={"Content-Encoding": "gzip"})
+    assert response.status_code == 415 and response.headers["Accept-Encoding"] == "identity"
+    assert error_code(response) == -32000 and response.json()["id"] is None
+    assert response.json()["error"]["data"]["code"] == "unsupported_content_encoding"
 
 
 def test_get_and_delete_are_405_and_options_is_a_preflight(api):
