@@ -25,10 +25,10 @@ DATASETTE_PATH = "/data/"  # where Caddy mounts Datasette (its base_url); the Ca
 
 
 # Every policy a route or tool spends, (quota, window seconds); [rate] <name>_q / <name>_w override,
-# and a <name>_q there declares a further one.
+# and a <name>_q there declares a further one. `data` is Datasette's (plugins/rate_limit.py).
 DEFAULT_RATES = {
     "read": (120, 60), "inspect": (30, 60), "compare": (4, 60), "ask_model": (20, 60),
-    "representation_capture": (4, 60), "representation_compare": (8, 60),
+    "representation_capture": (4, 60), "representation_compare": (8, 60), "data": (60, 60),
 }
 
 

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from siteapi.config import SettingsError, load_settings
+from siteapi.config import RatePolicy, SettingsError, load_settings
 
 
 def test_environment_overrides_by_section_and_key(monkeypatch):
@@ -37,6 +37,8 @@ def test_secrets_only_from_environment(monkeypatch):
     ({"SITE_PORT": "99999"}, "SITE_PORT"),  # a socket would take it as 34463
     ({"SITE_LENS_TIMEOUT_S": "0"}, "SITE_LENS_TIMEOUT_S"),  # the [sections] are read at start-up too
     ({"SITE_ASK_DEADLINE_MS": "-1"}, "SITE_ASK_DEADLINE_MS"),
+    ({"SITE_RATE_DATA_Q": "many"}, "SITE_RATE_DATA_Q"),  # Datasette's budget (plugins/rate_limit.py)
+    ({"SITE_RATE_DATA_W": "0"}, "SITE_RATE_DATA_W"),
 ])
 def test_bad_setting_names_the_key(monkeypatch, env, key):
     for name, value in env.items():
@@ -113,6 +115,8 @@ def test_section_keys_the_file_leaves_out_are_overridable_too(tmp_path, monkeypa
     ("[rate]\n", '[rate]\n"my \\"policy_q" = 3\n', "policy_q"),  # not a Structured Field string in the header
     ("read_q = 120", "read_q = 10_000_000_000_000_000", "SITE_RATE_READ_Q"),  # past a Structured Field Integer
     ("read_q = 120", "read_q = 1.5", "SITE_RATE_READ_Q"),
+    ("data_w = 60", "data_w = 0", "[rate] data_w (SITE_RATE_DATA_W)"),
+    ("data_w = 60", 'data_w = "60"', "[rate] data_w (SITE_RATE_DATA_W)"),
     # [ask] and [lens] are read at start-up, not at the first question or scan
     ("temperature = 0.035", 'temperature = "0.035"', "[ask] temperature"),
     ("none_cosine = 0.25", "none_cosine = 2", "[ask] none_cosine"),
@@ -139,6 +143,18 @@ def test_bad_value_in_the_file_names_the_key(tmp_path, old, new, key):
     with pytest.raises(SettingsError) as err:
         load_settings(site_toml(tmp_path, old, new))
     assert key in str(err.value)
+
+
+def test_datasette_has_a_budget_of_its_own(tmp_path, monkeypatch):
+    """[rate] data, which plugins/rate_limit.py spends: 60 per 60 seconds in site.toml, and the same
+    when the file leaves it out."""
+    monkeypatch.delenv("SITE_RATE_DATA_Q", raising=False)  # conftest raises it for the tests' Datasettes
+    lines = (ROOT / "site.toml").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "site.toml").write_text("".join(line for line in lines if not line.startswith("data_")))
+    for path in (ROOT / "site.toml", tmp_path / "site.toml"):
+        assert load_settings(path).rates["data"] == RatePolicy("data", 60, 60), path
+    monkeypatch.setenv("SITE_RATE_DATA_Q", "5")
+    assert load_settings(tmp_path / "site.toml").rates["data"] == RatePolicy("data", 5, 60)
 
 
 def test_an_unreadable_settings_file_is_one_sentence(tmp_path):

@@ -289,6 +289,15 @@ def test_datasette_under_data(stack):
 
 
 @needs_caddy
+def test_datasette_answers_carry_the_data_budget(stack):
+    """make run's Datasette spends the caller's `data` budget (plugins/rate_limit.py) under the
+    stack's settings, whose data_q tests/conftest.py raises (test_datasette_rate.py spends one out)."""
+    r = requests.get(stack["edge"] + "/data/site/pages.json?_size=1", timeout=30)
+    assert r.status_code == 200
+    assert r.headers["RateLimit-Policy"] == f'"data";q={stack["env"]["SITE_RATE_DATA_Q"]};w=60'
+
+
+@needs_caddy
 def test_private_tables_are_unreadable_even_by_sql(stack):
     sql = stack["edge"] + "/data/site.json"
     assert requests.get(sql, params={"sql": "select count(*) as n from job_runs", "_shape": "array"},

@@ -1,0 +1,91 @@
+"""Datasette plugin: every request to Datasette spends one unit of the caller's `data` budget
+([rate] data_q per data_w seconds) before Datasette runs anything, and its answer carries
+`RateLimit-Policy` and `RateLimit` for `data`; past the budget the answer is the app's 429
+(`rate_limited`, `Retry-After`, the JSON Error body of API.md 2.1). Datasette's static files
+(/-/static/, /-/static-plugins/, the favicon), which its pages pull in, cost nothing and carry none.
+
+60 a minute: one request may run its query for up to `sql_time_limit_ms` (a second), so a caller at the
+limit keeps at most one of Datasette's three query threads busy on average (a burst can still hold
+all three for 20 s: the budget bounds the average, not the concurrency). A person browsing spends one
+a page (a table page with its facets and counts is one request; its CSS and scripts are free) and
+reads for seconds between clicks, well under 60 a minute even when opening a few tabs at once. A
+script paging through JSON with `_size=max` gets 1,000 rows a request, 60,000 rows a minute, while
+the largest table of the demo site.db has 46 rows; past that, the 429 tells it how long to wait. The
+app's `read` is twice this because its answers are cheap and bounded.
+
+Counting is the app's own (siteapi.ratelimit: the caller by `address_key`, in the [rate] storage),
+so with `storage = "redis://..."` Datasette's processes share counts, as the app's do.
+
+The caller is `scope["client"]`. Datasette serves through uvicorn, which by default (proxy_headers
+on; `FORWARDED_ALLOW_IPS` unset means 127.0.0.1 and ::1: uvicorn/config.py,
+uvicorn/middleware/proxy_headers.py) replaces it with the address in X-Forwarded-For when the peer
+is 127.0.0.1, as the app's waitress does (siteapi/serving.py), and ignores the header from any other
+peer. Caddy sets that header to the address it saw, dropping a client's own, so each visitor behind
+it has a budget of its own; nothing needs configuring (tests/test_datasette_rate.py proves both).
+"""
+import asyncio
+import json
+
+from datasette import hookimpl
+
+from siteapi.config import SettingsError, load_settings
+from siteapi.ratelimit import RateLimiter, address_key
+
+POLICY = "data"
+FREE = (b"/-/static/", b"/-/static-plugins/")
+
+
+def _wire(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(name.lower().encode(), value.encode()) for name, value in headers]
+
+
+async def _refuse(send, decision) -> None:
+    body = json.dumps({"error": decision.refusal(), "code": "rate_limited", "status": 429,
+                       "retry_after": decision.retry_after}).encode()
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
+               *decision.headers()]
+    await send({"type": "http.response.start", "status": 429, "headers": _wire(headers)})
+    await send({"type": "http.response.body", "body": body})
+
+
+@hookimpl
+def asgi_wrapper(datasette):
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        raise SystemExit(f"datasette: {exc}") from None
+    limiter = RateLimiter({POLICY: settings.rates[POLICY]}, settings.rate_storage)
+    shared = settings.rate_storage != "memory://"
+    prefix = datasette.setting("base_url").encode()
+
+    def free(scope) -> bool:
+        # The path as Datasette routes it (DatasetteRouter): raw, without base_url, which
+        # plugins/base_url.py has taken off already or not (plugins load in directory order).
+        path = (scope.get("raw_path") or scope["path"].encode()).partition(b"?")[0]
+        if path.startswith(prefix):
+            path = path[len(prefix) - 1:]
+        return path.startswith(FREE) or path == b"/favicon.ico"
+
+    def wrap(app):
+        async def limited(scope, receive, send):
+            if scope["type"] != "http" or free(scope):
+                return await app(scope, receive, send)
+            caller = address_key((scope.get("client") or ("0.0.0.0",))[0])
+            # A shared store's hit is a network round trip, which must not hold the event loop that
+            # serves every other request; a memory hit (3 us) would cost 130 us more in a thread.
+            decision = (await asyncio.to_thread(limiter.hit, POLICY, caller) if shared
+                        else limiter.hit(POLICY, caller))
+            if not decision.allowed:
+                return await _refuse(send, decision)
+            counted = _wire(decision.headers())
+
+            async def send_counted(message):
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", []), *counted]}
+                await send(message)
+
+            return await app(scope, receive, send_counted)
+
+        return limited
+
+    return wrap

@@ -1,0 +1,165 @@
+"""Datasette's /data/ spends the caller's `data` budget (plugins/rate_limit.py): the project's
+Datasette, as `make run` starts it, with [rate] data_q = 5 in its environment; two of them sharing
+counts through a real redis; and the project's Caddyfile in front of one."""
+import contextlib
+import http.client
+import json
+import re
+import shutil
+import subprocess
+import time
+from typing import NamedTuple
+from urllib.parse import urlencode, urlsplit
+
+import pytest
+
+from conftest import ROOT
+from servers import accepts, running
+from siteapi import db
+from siteapi.stack import datasette_command
+from test_metadata import serving_datasette
+from test_stack_e2e import caddy_in_front, free_port, needs_caddy
+
+QUOTA = 5
+POLICY = f'"data";q={QUOTA};w=60'
+TABLE = "/data/site/pages.json"
+
+
+class Answer(NamedTuple):
+    status: int
+    headers: http.client.HTTPMessage
+    body: bytes
+
+    def __repr__(self) -> str:
+        return f"Answer({self.status}, {dict(self.headers)}, {self.body[:300]!r})"
+
+
+def get(port: int, path: str, forwarded: str | None = None, source: str = "127.0.0.1") -> Answer:
+    """GET from `source` (any address of 127/8 reaches a server on 127.0.0.1), with `forwarded` as
+    X-Forwarded-For."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    try:
+        connection.request("GET", path, headers={"X-Forwarded-For": forwarded} if forwarded else {})
+        response = connection.getresponse()
+        return Answer(response.status, response.headers, response.read())
+    finally:
+        connection.close()
+
+
+def remaining(answer: Answer) -> int:
+    assert answer.headers["RateLimit-Policy"] == POLICY, answer
+    return int(re.fullmatch(r'"data";r=(\d+);t=\d+', answer.headers["RateLimit"])[1])
+
+
+def assert_refused(answer: Answer) -> None:
+    """The app's 429: Retry-After, both RateLimit fields, the JSON Error body."""
+    assert answer.status == 429 and answer.headers["Content-Type"] == "application/json", answer
+    retry = int(answer.headers["Retry-After"])
+    assert 1 <= retry <= 60 and remaining(answer) == 0 and answer.headers["Cache-Control"] == "no-store"
+    assert json.loads(answer.body) == {
+        "error": f"Too many requests: the data budget is {QUOTA} per 60 seconds per caller; retry in {retry} seconds.",
+        "code": "rate_limited", "status": 429, "retry_after": retry}
+
+
+@contextlib.contextmanager
+def datasette(path, **env: str):
+    """The project's Datasette on `path` (test_metadata.serving_datasette) with `env` in its
+    environment, and only in its; yields its port."""
+    with contextlib.ExitStack() as stack:
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in {"SITE_RATE_DATA_Q": str(QUOTA), **env}.items():
+                patch.setenv(name, value)
+            base = stack.enter_context(serving_datasette(path))
+        yield urlsplit(base).port
+
+
+@pytest.fixture(scope="module")
+def site_db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("datasette-rate") / "site.db"
+    db.writer(path).close()  # the schema: every table metadata.yml describes, empty
+    return path
+
+
+@pytest.fixture(scope="module")
+def port(site_db):
+    """One Datasette for the module, counting in memory; each test spends the budgets of callers
+    of its own."""
+    with datasette(site_db) as port:
+        yield port
+
+
+def test_a_caller_gets_its_budget_then_a_429_before_datasette_runs(port):
+    slow = "/data/site.json?" + urlencode({"sql": "with recursive n(i) as (select 1 union all select i + 1 from n) "
+                                                 "select count(*) from n"})
+    answers = [get(port, TABLE, "198.51.100.1") for _ in range(QUOTA - 1)]
+    started = time.monotonic()
+    answers.append(get(port, slow, "198.51.100.1"))  # runs until sql_time_limit_ms stops it
+    assert time.monotonic() - started > 0.9 and answers[-1].status == 400
+    assert [a.status for a in answers[:-1]] == [200] * (QUOTA - 1)
+    assert [remaining(a) for a in answers] == list(range(QUOTA - 1, -1, -1))  # the 400 carries them too
+    started = time.monotonic()
+    refused = get(port, slow, "198.51.100.1")
+    assert time.monotonic() - started < 0.5  # not a second of SQL: Datasette ran nothing
+    assert_refused(refused)
+    assert_refused(get(port, "/data/", "198.51.100.1"))  # every page spends it, not only JSON
+
+
+def test_static_files_cost_nothing(port):
+    """What a page pulls in (its CSS and scripts, the favicon) spends nothing and carries no budget."""
+    page = get(port, "/data/site/pages", "198.51.100.2")
+    assert page.status == 200 and remaining(page) == QUOTA - 1
+    assets = re.findall(r'(?:href|src)="(/data/-/static/[^"]+)"', page.body.decode())
+    assert len(assets) >= 2  # app.css and table.js
+    for _ in range(3):
+        for path in [*assets, "/data/favicon.ico"]:
+            free = get(port, path, "198.51.100.2")
+            assert free.status == 200 and not [h for h in free.headers if h.lower().startswith("ratelimit")], path
+    assert remaining(get(port, TABLE, "198.51.100.2")) == QUOTA - 2
+
+
+def test_callers_count_apart_and_only_loopback_names_them(port):
+    """uvicorn takes the caller from X-Forwarded-For when the peer is 127.0.0.1 (Caddy), by its /64
+    for IPv6; from any other peer the header is ignored and the peer is the caller."""
+    for _ in range(QUOTA):
+        assert get(port, TABLE, "198.51.100.3").status == 200
+    assert_refused(get(port, TABLE, "198.51.100.3"))
+    assert remaining(get(port, TABLE, "198.51.100.4")) == QUOTA - 1
+    for n in range(QUOTA):  # one subscriber's /64, address by address
+        assert get(port, TABLE, f"2001:db8:0:7::{n + 1}").status == 200
+    assert_refused(get(port, TABLE, "2001:db8:0:7::ffff"))
+    assert remaining(get(port, TABLE, "2001:db8:0:8::1")) == QUOTA - 1
+    for n in range(QUOTA):  # a fresh address each time, from a peer that is not the proxy
+        assert get(port, TABLE, f"203.0.113.{n}", source="127.0.0.4").status == 200
+    assert_refused(get(port, TABLE, "203.0.113.99", source="127.0.0.4"))
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is not installed")
+def test_datasette_processes_share_counts_through_redis(site_db, tmp_path):
+    redis_port = free_port()
+    with running(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                  "--dir", str(tmp_path)], lambda: accepts(redis_port), "redis"):
+        shared = {"SITE_RATE_STORAGE": f"redis://127.0.0.1:{redis_port}"}
+        with datasette(site_db, **shared) as one, datasette(site_db, **shared) as two:
+            answers = [get(port, TABLE, "198.51.100.5") for port in (one, two, one, two, one)]
+            assert [(a.status, remaining(a)) for a in answers] == [(200, QUOTA - 1 - n) for n in range(QUOTA)]
+            assert_refused(get(two, TABLE, "198.51.100.5"))
+            assert_refused(get(one, TABLE, "198.51.100.5"))
+
+
+@needs_caddy
+def test_through_the_edge_each_visitor_has_a_budget(port, tmp_path):
+    """The project's Caddyfile in front: Caddy puts the address it saw in X-Forwarded-For, so a
+    visitor's own header buys no fresh budget, and passes the budget's headers and 429 on."""
+    with caddy_in_front(free_port(), tmp_path, DATASETTE_PORT=str(port)) as edge:
+        answers = [get(edge, TABLE, f"192.0.2.{n}", source="127.0.0.2") for n in range(QUOTA)]
+        assert [(a.status, remaining(a)) for a in answers] == [(200, QUOTA - 1 - n) for n in range(QUOTA)]
+        assert_refused(get(edge, TABLE, "192.0.2.99", source="127.0.0.2"))
+        assert remaining(get(edge, TABLE, source="127.0.0.3")) == QUOTA - 1
+
+
+def test_a_bad_data_setting_stops_datasette_with_one_sentence(site_db):
+    out = subprocess.run(datasette_command(site_db, free_port()), cwd=ROOT, capture_output=True, text=True,
+                         env={"SITE_RATE_DATA_Q": "0", "PATH": "/usr/bin"}, timeout=60)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith(
+        "datasette: Setting [rate] data_q (SITE_RATE_DATA_Q) must be a whole number from 1 to")
