@@ -338,7 +338,7 @@ def rank_question(request: AskRequest, settings, conn: sqlite3.Connection,
             return Ranking(f"model:{ranker.MODEL_NAME}", "embedding", reported, len(matrix.paths),
                            _model_results(hits, searched, settings, conn))
     found = search.search(conn, searched, request.top_k, settings.public_base_url)
-    return Ranking(f"lexical:{reason}", "lexical", searched, found["total"], _lexical_results(found, settings))
+    return Ranking(f"lexical:{reason}", "lexical", searched, found["total"], _lexical_results(found, searched, settings, conn))
 
 
 def _model_results(hits: list[tuple[str, int]], searched: str, settings, conn: sqlite3.Connection) -> Iterator[dict]:
@@ -351,11 +351,29 @@ def _model_results(hits: list[tuple[str, int]], searched: str, settings, conn: s
                      search.snippet(page["text"], pattern) or page["description"], page["description"])
 
 
-def _lexical_results(found: dict, settings) -> Iterator[dict]:
-    """Lexical scores scaled so the best match is 100 and every result at least 1."""
-    best = max((r["score"] for r in found["results"]), default=1.0) or 1.0
-    for row in found["results"]:
-        score = max(1, min(100, round(100 * row["score"] / best)))
+def _term_share(words: list[str], page) -> float:
+    """What share of the question's terms the page holds, scored as the original site scored /ask:
+    each term 8 in the title, 4 in the description, 1 in the text (13 at most)."""
+    got = 0
+    for word in words:
+        pattern = search.stems_pattern([word])
+        got += sum(weight for weight, part in ((8, page["title"]), (4, page["description"]), (1, page["text"]))
+                   if pattern.search((part or "").lower()))
+    return got / (13 * len(words)) if words else 0.0
+
+
+def _lexical_results(found: dict, searched: str, settings, conn: sqlite3.Connection) -> Iterator[dict]:
+    """/search.json's order on an absolute scale: the best match scores its share of the terms
+    (_term_share), the others that times their bm25 relative to it, every one at least 1. Scaled to
+    the best alone, a question whose words only brush the site's text had its best match at 100."""
+    rows = found["results"]
+    if not rows:
+        return
+    best = conn.execute("SELECT title, description, text FROM pages WHERE path = ?",
+                        (rows[0]["url"].removeprefix(settings.public_base_url) or "/",)).fetchone()
+    top = 100 * (_term_share(search.terms(searched), best) if best else 1.0)
+    for row in rows:
+        score = max(1, min(100, round(top * row["score"] / (rows[0]["score"] or 1.0))))
         yield result(settings, row["url"], row["title"], row["kind"], score,
                      row.get("snippet") or row.get("description") or "", row.get("description") or "")
 
