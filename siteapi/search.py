@@ -36,10 +36,16 @@ def clean(text: str) -> str:
     return text if readable else ""
 
 
+# Format characters that sit inside words in text copied from pages (soft hyphens, zero-width
+# spaces and joiners, bidi marks, byte-order marks): dropped, not read as a break between words.
+_INVISIBLE = re.compile("[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]")
+
+
 def tokens(query: str) -> list[str]:
     """Lowercase, cut to 160 chars, split on non-alphanumerics, keep tokens > 1 char, first 12. Read
-    in NFKC form: full-width and styled letters and ligatures as the plain letters the index holds."""
-    text = unicodedata.normalize("NFKC", query[:MAX_QUERY]).lower()[:MAX_QUERY]
+    in NFKC form: full-width and styled letters and ligatures as the plain letters the index holds;
+    a soft hyphen or zero-width space inside a word leaves the word whole."""
+    text = unicodedata.normalize("NFKC", _INVISIBLE.sub("", query[:MAX_QUERY])).lower()[:MAX_QUERY]
     return [t for t in re.split(r"[^\w]+|_", text) if len(t) > 1][:MAX_TERMS]
 
 

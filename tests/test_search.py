@@ -61,8 +61,9 @@ def test_control_characters_are_not_echoed(api):
     assert body["query"] == "carburetor [31m" and body["total"] > 0
 
 
-@pytest.mark.parametrize("spelled", ["ｃａｒｂｕｒｅｔｏｒ", "\U0001d41c\U0001d41a\U0001d42b\U0001d41b\U0001d42e\U0001d42b\U0001d41e\U0001d42d\U0001d428\U0001d42b", "CARBURETOR"])
-def test_full_width_and_styled_letters_find_what_plain_letters_find(api, spelled):
+@pytest.mark.parametrize("spelled", ["car\u00adbu\u00adre\u00adtor", "carbu\u200bretor", "carbu\u2060re\ufefftor",
+                                     "ｃａｒｂｕｒｅｔｏｒ", "\U0001d41c\U0001d41a\U0001d42b\U0001d41b\U0001d42e\U0001d42b\U0001d41e\U0001d42d\U0001d428\U0001d42b", "CARBURETOR"])
+def test_full_width_styled_and_soft_hyphenated_letters_find_what_plain_letters_find(api, spelled):
     plain = api.get("/search.json", params={"q": "carburetor"}).json()
     body = api.get("/search.json", params={"q": spelled}).json()
     assert body["query"] == spelled and plain["total"] > 0
