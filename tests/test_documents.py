@@ -297,6 +297,19 @@ def test_developer_guide_curl_examples_work(api):
         assert r.status_code in allowed, (command, r.status_code, r.text[:200])
 
 
+@pytest.mark.parametrize("method, page", [("get", "/writing/cb550-carb-rebuild"), ("post", "/writing/classic-negative-recipe")])
+def test_the_ask_examples_find_what_they_ask_about(api, method, page):
+    """The questions the guide shows are ones the model answers: the colour example it once showed
+    ("which film recipe gives warm muted colours") went to the black-and-white Acros recipe."""
+    op = api.get("/openapi.json").json()["paths"]["/ask"][method]
+    if method == "get":
+        question = next(p["example"] for p in op["parameters"] if p.get("name") == "query")
+        body = api.get("/ask", params={"query": question, "streaming": "0"}).json()
+    else:
+        body = api.request("POST", "/ask", json=op["requestBody"]["content"]["application/json"]["example"]).json()
+    assert body["_meta"]["ranking"].startswith("model:") and body["results"][0]["url"] == "https://aadhar.sh" + page
+
+
 def test_resume_is_json_resume(api):
     r = api.get("/resume.json")
     assert r.status_code == 200
