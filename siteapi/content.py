@@ -60,7 +60,17 @@ CREATE TABLE IF NOT EXISTS site_files (
 """
 
 markdown = MarkdownIt("commonmark", {"typographer": False}).enable("table")
+# Part of every page's hash: bump it when plain_text() changes, so the next content run re-reads every
+# page (and the ranker re-embeds it) instead of keeping text made the old way until the file changes.
+TEXT_EXTRACTION = "text-v2"
 _TAGS = re.compile(r"<[^>]+>")
+# Tags inside a line of text (a link, emphasis, code): they join what is around them, so a link
+# before a full stop does not leave "carburetors ." in the text; any other tag is a break between words.
+_INLINE_TAG = re.compile(r"</?(?:a|abbr|b|cite|code|del|dfn|em|i|ins|kbd|mark|q|s|samp|small|span|strong|sub|sup|time|u|var)\b", re.I)
+
+
+def _tag_gap(tag: re.Match) -> str:
+    return "" if _INLINE_TAG.match(tag.group()) else " "
 _SPACE = re.compile(r"\s+")
 # What no page's URL can hold: a query or fragment, white space and controls, an empty or dot segment,
 # and '%', since a request's %-escapes are decoded before its path is looked up.
@@ -118,7 +128,7 @@ def plain_text(markdown_body: str) -> str:
     # A tag ends at the first '>' after its '<'; past the last '>' no tag can end, and leaving that tail
     # out of the search keeps it linear: raw HTML of 50,000 '<!--' made every '<' scan to the end (6 s).
     end = rendered.rfind(">") + 1
-    return _SPACE.sub(" ", html.unescape(_TAGS.sub(" ", rendered[:end]) + rendered[end:])).strip()
+    return _SPACE.sub(" ", html.unescape(_TAGS.sub(_tag_gap, rendered[:end]) + rendered[end:])).strip()
 
 
 def read_text(file: Path, rel: str) -> str:
@@ -211,7 +221,7 @@ def parse_file(file: Path, root: Path) -> Page:
         date=date,
         body=body,
         text=text,
-        hash=hashlib.sha256(source.encode()).hexdigest(),
+        hash=hashlib.sha256(f"{TEXT_EXTRACTION}\0{source}".encode()).hexdigest(),
         source=rel,
         tags=json.dumps(tags),
         path_line=key_line(front, "path"),

@@ -63,10 +63,17 @@ def stems_pattern(words: list[str]) -> re.Pattern:
 
 
 def snippet(text: str, pattern: re.Pattern) -> str:
-    """220 chars starting 70 before the earliest match of a term (or its stem), with … on cut sides."""
+    """At most 220 chars from about 70 before the earliest match of a term (or its stem), with … on
+    cut sides; a cut falls between words, never inside one."""
     match = pattern.search(text.lower())
     start = max(0, match.start() - SNIPPET_BEFORE) if match else 0
+    if start > 0 and not text[start - 1].isspace():
+        space = text.find(" ", start, match.start())
+        start = space + 1 if space != -1 else start
     end = min(len(text), start + SNIPPET_LENGTH)
+    if end < len(text) and not text[end].isspace():
+        space = text.rfind(" ", start, end)
+        end = space if space > (match.end() if match else start) else end
     piece = text[start:end].strip()
     return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")
 

@@ -15,7 +15,7 @@ from servers import serve_wsgi
 
 import jobs
 from app import make_app
-from siteapi import db
+from siteapi import content, db
 from siteapi.content import (MAX_FILE_BYTES, content_files, markdown, parse_file, plain_text,
                              read_content)
 
@@ -410,10 +410,34 @@ def test_a_body_of_open_html_comments_is_indexed_in_linear_time_and_served(tmp_p
         assert twin.status_code == 200 and twin.text.startswith("# Comments\n")
 
 
+@pytest.mark.parametrize("body, text", [
+    ("I rebuilt the [carburetors](/x). The *tank* was `rusty`, **then** fine.",
+     "I rebuilt the carburetors. The tank was rusty, then fine."),
+    ("One<br>two\n\n- three\n- four\n\n| a | b |\n|---|---|\n| c | d |", "One two three four a b c d"),
+    ("<span>zan</span>zibar and H<sub>2</sub>O", "zanzibar and H2O"),
+])
+def test_inline_tags_join_their_words_and_blocks_part_them(body, text):
+    """A link or emphasis before a full stop left "carburetors ." in search snippets and /ask descriptions."""
+    assert plain_text(body) == text
+
+
+def test_a_new_text_extraction_rereads_every_page(tmp_path):
+    _, settings = small_site(tmp_path)
+    ok, _ = jobs.run_job(settings, "content")
+    conn = db.connect(settings.db_path, readonly=True)
+    before = dict(conn.execute("SELECT path, hash FROM pages").fetchall())
+    assert ok and before
+    with pytest.MonkeyPatch.context() as patch:  # as a deploy whose plain_text() changed bumps it
+        patch.setattr(content, "TEXT_EXTRACTION", "text-v0")
+        ok, summary = jobs.run_job(settings, "content")
+    assert ok and f"{len(before)} added or changed" in summary, summary
+    assert all(before[path] != h for path, h in conn.execute("SELECT path, hash FROM pages"))
+
+
 def test_the_plain_text_of_every_page_is_unchanged_by_the_linear_tag_scan(tmp_path):
     """What the text of every real page, and of HTML the scan cuts short, was with the plain regex."""
     def by_regex(body):
-        return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", markdown.render(body))).split())
+        return " ".join(html.unescape(re.sub(r"<[^>]+>", content._tag_gap, markdown.render(body))).split())
 
     bodies = [parse_file(file, ROOT / "content").body for file in content_files(ROOT / "content")[0]]
     bodies += ["a <b>c</b> <i", "<!-- open <b>bold</b>", "<>x<y>", "<div title='a>b'>\nx <y\n</div>", "x\n\n<!--\n<"]
@@ -421,8 +445,8 @@ def test_the_plain_text_of_every_page_is_unchanged_by_the_linear_tag_scan(tmp_pa
     for body in bodies:
         assert plain_text(body) == by_regex(body), body
     # an HTTP reader sees the same text: search finds a page by words only its plain text holds
-    content, settings = small_site(tmp_path)
-    (content / "pages" / "tagged.md").write_text(page_text("Tagged", "/tagged").replace(
+    content_dir, settings = small_site(tmp_path)
+    (content_dir / "pages" / "tagged.md").write_text(page_text("Tagged", "/tagged").replace(
         "Some words", "<span class='x'>zanzibar</span> <!-- and"))
     ok, summary = jobs.run_job(settings, "content")
     assert ok, summary

@@ -30,6 +30,26 @@ def test_snippet_is_around_the_first_match(api):
     assert len(snippet) <= 222 and ("valve" in snippet.lower() or "clearance" in snippet.lower())
 
 
+def test_snippets_are_cut_between_words(api, site_settings):
+    """The 70/220-character window moves to the nearest space: "…nly good news." began inside a word."""
+    from siteapi import db
+    conn = db.connect(site_settings.db_path, readonly=True)
+    cut = 0
+    for q in ("valve clearances", "carburetor jets", "coffee", "robots", "grain", "news"):
+        for result in api.get("/search.json", params={"q": q}).json()["results"]:
+            snippet, path = result["snippet"], result["url"].removeprefix(site_settings.public_base_url) or "/"
+            text = conn.execute("SELECT text FROM pages WHERE path = ?", (path,)).fetchone()["text"]
+            inner = snippet.removeprefix("…").removesuffix("…")
+            at = text.find(inner)
+            assert at != -1 and len(snippet) <= 222, snippet
+            if snippet.startswith("…"):
+                assert text[at - 1].isspace(), snippet
+            if snippet.endswith("…"):
+                assert text[at + len(inner)].isspace(), snippet
+            cut += snippet.startswith("…") + snippet.endswith("…")
+    assert cut >= 10
+
+
 def test_limit_below_one_is_clamped_to_one(api):
     assert api.get("/search.json?q=camera&limit=0").json()["returned"] == 1
     assert api.get("/search.json?q=camera&limit=-4").json()["returned"] == 1
