@@ -211,7 +211,11 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                      headers=signer.directory_headers(settings.public_base_url + botauth.DIRECTORY_PATH))
 
     def skill_file(name):
-        tool = mcp.tools.get(name)
+        skills = {agentdocs.skill_name(tool): tool for tool in mcp.tools.values()}
+        tool = skills.get(name)
+        if tool is None and name.replace("_", "-") in skills:  # the tool's own name, as these folders were first named
+            return Reply(b"", status=308, content_type="text/plain",
+                         headers={"Location": f"/.well-known/agent-skills/{name.replace('_', '-')}/SKILL.md"})
         if tool is None:
             raise ApiError(404, f"There is no skill named {name[:60]!r}; see /.well-known/agent-skills/index.json.",
                            code="not_found")

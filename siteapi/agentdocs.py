@@ -10,11 +10,17 @@ import json
 from siteapi.mcp_tools import Tool
 
 
+def skill_name(tool: Tool) -> str:
+    """The Agent Skills name of a tool's skill: lowercase letters, digits and hyphens, as that
+    specification asks of a skill's name and folder (MCP tool names have underscores)."""
+    return tool.name.replace("_", "-")
+
+
 def skill_markdown(settings, tool: Tool) -> str:
     """SKILL.md: front matter (name, description) and how to call the tool over MCP."""
     params = tool.input_schema.get("properties", {})
     required = set(tool.input_schema.get("required", []))
-    lines = ["---", f"name: {tool.name}", f"description: {json.dumps(tool.description.splitlines()[0][:300])}", "---",
+    lines = ["---", f"name: {skill_name(tool)}", f"description: {json.dumps(tool.description.splitlines()[0][:300])}", "---",
              "", f"# {tool.title}", "", tool.description, "",
              f"Call it as the MCP tool `{tool.name}` at {settings.url('/mcp')} (Streamable HTTP, no key).", ""]
     if params:
@@ -31,8 +37,8 @@ def skills_index(settings, tools: dict[str, Tool]) -> dict:
     skills = []
     for tool in tools.values():
         text = skill_markdown(settings, tool)
-        skills.append({"name": tool.name, "type": "skill-md", "description": tool.description.splitlines()[0][:300],
-                       "url": settings.url(f"/.well-known/agent-skills/{tool.name}/SKILL.md"),
+        skills.append({"name": skill_name(tool), "type": "skill-md", "description": tool.description.splitlines()[0][:300],
+                       "url": settings.url(f"/.well-known/agent-skills/{skill_name(tool)}/SKILL.md"),
                        "sha256": hashlib.sha256(text.encode()).hexdigest()})
     return {"skills": skills}
 

@@ -365,7 +365,12 @@ def test_agent_card_and_skills_list_the_mcp_tools(api):
     # the one interface is MCP; no A2A transport (JSONRPC, GRPC, HTTP+JSON) is claimed where none is served
     assert agent["preferredTransport"] == "MCP" and agent["additionalInterfaces"] == [{"url": agent["url"], "transport": "MCP"}]
     index = api.get("/.well-known/agent-skills/index.json").json()
-    assert {s["name"] for s in index["skills"]} == card_tools
+    assert {s["name"] for s in index["skills"]} == {name.replace("_", "-") for name in card_tools}
+    # the Agent Skills specification: 1-64 lowercase letters, digits and hyphens, the folder's name
+    assert all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", s["name"]) and len(s["name"]) <= 64
+               and s["url"].endswith(f"/agent-skills/{s['name']}/SKILL.md") for s in index["skills"])
+    moved = api.get("/.well-known/agent-skills/search_site/SKILL.md", allow_redirects=False)
+    assert moved.status_code == 308 and moved.headers["Location"] == "/.well-known/agent-skills/search-site/SKILL.md"
     for skill in index["skills"][:5]:
         md = api.get(skill["url"].removeprefix("https://aadhar.sh"))
         assert md.status_code == 200 and md.headers["Content-Type"].startswith("text/markdown")
@@ -376,7 +381,7 @@ def test_agent_card_and_skills_list_the_mcp_tools(api):
 
 DOCUMENTS = ["/llms.txt", "/llms-full.txt", "/robots.txt", "/sitemap.xml", "/.well-known/api-catalog", "/openapi.json",
              "/developers", "/developers.md", "/resume.json", "/resume.md", "/.well-known/agent-card.json",
-             "/.well-known/agent-skills/index.json", "/.well-known/agent-skills/search_site/SKILL.md",
+             "/.well-known/agent-skills/index.json", "/.well-known/agent-skills/search-site/SKILL.md",
              "/.well-known/mcp/server-card.json", "/mcp/server-card"]
 
 
