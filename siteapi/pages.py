@@ -177,6 +177,24 @@ def llms_txt(conn: sqlite3.Connection, settings, api: list[tuple[str, str, str]]
 
 
 @functools.lru_cache(maxsize=512)
+def headings_below_the_title(body: str) -> str:
+    """`body` with its headings two levels down (at most ###### ), so that in llms-full.txt, where a
+    page's title is ##, a reader splitting on ## finds the pages and each page keeps its outline.
+    Underlined headings become # headings; headings in lists, quotes and code are left as they are."""
+    lines = body.split("\n")
+    for token in markdown.parse(body):
+        if token.type == "heading_open" and token.level == 0 and token.map:
+            first, end = token.map
+            level = min(6, int(token.tag[1]) + 2)
+            if token.markup.startswith("#"):
+                lines[first] = "#" * level + lines[first].lstrip()[len(token.markup):]
+            else:  # setext: the text lines, then the underline
+                text = " ".join(line.strip() for line in lines[first:end - 1])
+                lines[first:end] = [f"{'#' * level} {text}"] + [""] * (end - first - 1)
+    return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=512)
 def closing_line(body: str) -> str | None:
     """The line that closes the code fence or HTML block `body` leaves open at its end, or None. A
     CommonMark reader would take all that follows for code or raw HTML (an HTML comment hides it):
@@ -201,7 +219,7 @@ def llms_full_txt(conn: sqlite3.Connection, settings, api, app_pages: list[AppPa
     parts = [llms_txt(conn, settings, api, app_pages, routed), "# The site — full text"]
     for row in all_pages(conn, routed):
         dated = f" ({row['date']})" if row["date"] else ""
-        body = row["body"].strip()
+        body = headings_below_the_title(row["body"].strip())
         closer = closing_line(body)
         parts.append(f"## {row['title']}{dated}\n\n<{page_url(settings, row['path'])}>\n\n{body}"
                      + (f"\n{closer}" if closer else ""))

@@ -157,6 +157,21 @@ def test_llms_full_inlines_every_page(api):
     assert full.count("\n---\n") >= 40
 
 
+def test_llms_full_has_one_h2_per_page_and_the_pages_outlines_below_it(api):
+    """A reader splitting on ## finds the pages: each page's title is the one ## of its section and
+    its own headings start at ### (they had kept their ##, 247 of them for 45 pages)."""
+    full = api.get("/llms-full.txt").text
+    md = MarkdownIt("commonmark")
+    sections = full.split("# The site — full text", 1)[1].split("\n\n---\n\n")[1:]
+    assert len(sections) >= 40
+    deeper = 0
+    for section in sections:
+        levels = [int(t.tag[1]) for t in md.parse(section) if t.type == "heading_open" and t.level == 0]
+        assert levels[0] == 2 and all(level >= 3 for level in levels[1:]), section[:120]
+        deeper += len(levels) - 1
+    assert deeper >= 40  # the demo pages do have headings of their own
+
+
 def test_sitemap_lists_every_page(api, site_settings):
     r = api.get("/sitemap.xml")
     root = ET.fromstring(r.content)
