@@ -321,6 +321,16 @@ def test_images_are_static_with_a_long_cache(stack):
 
 
 @needs_caddy
+def test_a_range_answer_from_the_edge_is_not_stored(stack):
+    """A 416 is file_server's own answer, which must not be kept a year; a 206 is not stored either."""
+    past = requests.get(stack["edge"] + "/images/probe.jpg", headers={"Range": "bytes=999999-"}, timeout=30)
+    assert past.status_code == 416 and past.headers["Cache-Control"] == "no-store"
+    part = requests.get(stack["edge"] + "/images/probe.jpg", headers={"Range": "bytes=0-5"}, timeout=30)
+    assert part.status_code == 206 and part.content == b"static" and part.headers["Cache-Control"] == "no-store"
+    assert "immutable" in requests.get(stack["edge"] + "/images/probe.jpg", timeout=30).headers["Cache-Control"]
+
+
+@needs_caddy
 def test_what_no_image_file_answers_goes_to_the_app(stack, edge):
     """A missing file, a directory or a write under /images/ answers as the app does (JSON 404 with
     suggestions, 405 with Allow), never cached; the files that exist keep the year's cache."""
