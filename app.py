@@ -276,6 +276,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/robots.txt", robots)
     R("/developers", developers)
     R("/developers.md", lambda: developers(markdown_twin=True))
+    R("/auth.md", lambda: page_or_404("/documents/auth.md"), may_not_exist=True)  # where agents look for it
     site.fallback(page_or_404)
     return site
 

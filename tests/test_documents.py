@@ -325,6 +325,14 @@ def test_the_ask_examples_find_what_they_ask_about(api, method, page):
     assert body["_meta"]["ranking"].startswith("model:") and body["results"][0]["url"] == "https://aadhar.sh" + page
 
 
+def test_auth_md_is_where_agents_look_for_it(api):
+    """/auth.md, the path scanners probe (and the original site served), is /documents/auth's Markdown."""
+    r = api.get("/auth.md")
+    assert r.status_code == 200 and r.headers["Content-Type"] == "text/markdown; charset=utf-8"
+    assert r.text == api.get("/documents/auth.md").text and r.text.startswith("# ")
+    assert r.headers["Link"].startswith('<https://aadhar.sh/documents/auth>; rel="canonical"')
+
+
 def test_resume_is_json_resume(api):
     r = api.get("/resume.json")
     assert r.status_code == 200
