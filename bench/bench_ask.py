@@ -234,6 +234,23 @@ def corpus_corrections(questions: np.ndarray, units: list[np.ndarray]) -> dict[s
     return out
 
 
+def trained_prototypes(units: list[np.ndarray], start: np.ndarray, l2: float = 0.1, temperature: float = 0.05,
+                       steps: int = 300) -> np.ndarray:
+    """One vector per page fitted, by softmax regression, to tell the site's own passages apart by
+    page (no question is used), pulled towards `start` with weight `l2`: a supervised use of the
+    corpus, where the other corrections are unsupervised."""
+    x = np.concatenate(units)
+    owner = np.concatenate([[i] * len(u) for i, u in enumerate(units)])
+    weights = start.astype(np.float64).copy()
+    for _ in range(steps):
+        logits = x @ weights.T / temperature
+        probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probabilities /= probabilities.sum(axis=1, keepdims=True)
+        probabilities[np.arange(len(owner)), owner] -= 1
+        weights -= 0.5 * (probabilities.T @ x / len(owner) / temperature + l2 * (weights - start))
+    return weights
+
+
 def variants(settings, conn) -> None:
     """Score page-representation variants on the evaluation set, whole and by half; print a table."""
     model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
@@ -291,6 +308,12 @@ def variants(settings, conn) -> None:
         sif_questions = np.stack([sif_embed(model, q["q"], frequency, total, a) for q in data["questions"]])
         table[f"SIF token weights from the site's pages (a {a:g}), centroid"] = sif_questions @ sif_pages.T
     table.update(corpus_corrections(questions["raw"], shipped_units))
+    sentence_units = [embed([f"{p['title']}. {p['description']}"] + [x for x in ranker._SENTENCE_END.split(p["text"])
+                                                                      if len(x.strip()) > 20][:200]) for p in pages]
+    table["sentences, mean of the best 3"] = np.stack(
+        [np.sort(questions["raw"] @ u.T, axis=1)[:, -3:].mean(axis=1) for u in sentence_units], axis=1)
+    table["page prototypes trained on the site's own passages (softmax regression from shipped, L2 0.1)"] = \
+        questions["raw"] @ trained_prototypes(shipped_units, shipped).T
     model_rank = np.argsort(np.argsort(-table["shipped: centroid of 'title. description' + passages"], axis=1), axis=1) + 1
     table["shipped + lexical, reciprocal-rank fusion (k 3, lexical 0.2)"] = 1 / (3 + model_rank) + 0.2 / (3 + lexical)
     first_pass = table["shipped: centroid of 'title. description' + passages"]

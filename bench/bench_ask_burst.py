@@ -16,10 +16,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from revisions import side_by_side
 
 PROBE = r"""
 import collections, concurrent.futures as cf, dataclasses, json, os, statistics, sys, tempfile, threading, time
@@ -67,16 +66,7 @@ def run(tree: Path) -> dict:
 
 def main() -> None:
     revision = sys.argv[1] if len(sys.argv) > 1 else "HEAD~5"
-    with tempfile.TemporaryDirectory() as folder:
-        other = Path(folder) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(other), revision], check=True)
-        try:
-            figures = {"this tree": [], revision: []}
-            for _ in range(2):
-                figures["this tree"].append(run(ROOT))
-                figures[revision].append(run(other))
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other)], check=True)
+    figures = side_by_side(revision, run, rounds=2)
     print(f"## /ask: 8 questions made to overrun, at once (bench_ask_burst.py {revision})\n")
     print("| tree | RSS before → after (MB) | burst (s) | ranked | bystander's median answer (ms) |\n|---|---|---|---|---|")
     for name, runs in figures.items():

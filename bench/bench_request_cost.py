@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from revisions import side_by_side
 
 PROBE = r"""
 import dataclasses, io, os, statistics, sys, tempfile, time
@@ -56,16 +55,7 @@ def cost(tree: Path) -> float:
 
 def main() -> None:
     revision = sys.argv[1] if len(sys.argv) > 1 else "HEAD~10"
-    with tempfile.TemporaryDirectory() as folder:
-        other = Path(folder) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(other), revision], check=True)
-        try:
-            figures = {"this tree": [], revision: []}
-            for _ in range(4):
-                figures["this tree"].append(cost(ROOT))
-                figures[revision].append(cost(other))
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other)], check=True)
+    figures = side_by_side(revision, cost, rounds=4)
     print(f"## The app's cost per cached /search.json request (bench_request_cost.py {revision})\n")
     print("| tree | µs a request, four interpreters |\n|---|---|")
     for name, values in figures.items():
