@@ -211,7 +211,6 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                      headers=signer.directory_headers(settings.public_base_url + botauth.DIRECTORY_PATH))
 
     def skill_file(name):
-        skills = {agentdocs.skill_name(tool): tool for tool in mcp.tools.values()}
         tool = skills.get(name)
         if tool is None and name.replace("_", "-") in skills:  # the tool's own name, as these folders were first named
             return Reply(b"", status=308, content_type="text/plain",
@@ -260,6 +259,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/lens/census.json", lens_census, cache="public, max-age=300, s-maxage=900", error_fields=NOT_OK)
     mcp = McpServer(site, settings, fetcher=fetcher, slots=lens_slots, budget=lens_budget)
     R("/mcp", mcp.handle, methods=("POST",), cache=NO_STORE, error_body=mcp.refusal)
+    skills = {agentdocs.skill_name(tool): tool for tool in mcp.tools.values()}  # skill_file's, by skill name
     R("/mcp/server-card", mcp.draft_card_reply)
     R("/.well-known/agent-card.json",
       lambda: with_etag(Reply(agentdocs.agent_card(settings, mcp.tools, mcp.info["version"]), cache=DOC_CACHE)))

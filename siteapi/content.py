@@ -66,11 +66,8 @@ TEXT_EXTRACTION = "text-v2"
 _TAGS = re.compile(r"<[^>]+>")
 # Tags inside a line of text (a link, emphasis, code): they join what is around them, so a link
 # before a full stop does not leave "carburetors ." in the text; any other tag is a break between words.
-_INLINE_TAG = re.compile(r"</?(?:a|abbr|b|cite|code|del|dfn|em|i|ins|kbd|mark|q|s|samp|small|span|strong|sub|sup|time|u|var)\b", re.I)
-
-
-def _tag_gap(tag: re.Match) -> str:
-    return "" if _INLINE_TAG.match(tag.group()) else " "
+_INLINE_TAG = re.compile(r"</?(?:a|abbr|b|cite|code|del|dfn|em|i|ins|kbd|mark|q|s|samp|small|span|strong|sub|sup"
+                         r"|time|u|var)\b", re.I)
 _SPACE = re.compile(r"\s+")
 # What no page's URL can hold: a query or fragment, white space and controls, an empty or dot segment,
 # and '%', since a request's %-escapes are decoded before its path is looked up.
@@ -121,6 +118,10 @@ class Page:
 
     def row(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "path_line"}
+
+
+def _tag_gap(tag: re.Match) -> str:
+    return "" if _INLINE_TAG.match(tag.group()) else " "
 
 
 def plain_text(markdown_body: str) -> str:

@@ -2,11 +2,11 @@
 
 The model and its tokenizer live in `models/` and are loaded lazily, once per process, behind a
 lock; onnxruntime runs on one intra-op thread, and at most MODEL_RUNS questions are embedded at
-once, so questions never take more than their cores from the other request threads. Page vectors (the centroid of the vectors of
-"title. description" and of the start of the body in sentence-aligned passages) are computed by
-the content job and cached in `page_vectors` by content hash and representation, so a restart or
-an unchanged page costs nothing and a changed representation re-embeds every page; the app keeps
-the matrix in memory until the table changes.
+once, so questions never take more than their cores from the other request threads. Page vectors
+(the centroid of the vectors of "title. description" and of the start of the body in
+sentence-aligned passages) are computed by the content job and cached in `page_vectors` by content
+hash and representation, so a restart or an unchanged page costs nothing and a changed
+representation re-embeds every page; the app keeps the matrix in memory until the table changes.
 
 How a question becomes scores: its vector is compared by cosine with every page vector, and one
 softmax over cosine / T puts a probability on each page plus a "none of these" pseudo-page whose

@@ -49,9 +49,9 @@ class StreamingTask(WSGITask):
     def has_body(self):
         """A HEAD of unknown length (an /ask answer, a stream) has no body to frame. waitress counts
         only the status, so it announced one as chunked and sent a last chunk after the headers."""
-        if self.request.command == "HEAD" and not any(name.lower() == "content-length" for name, _ in self.response_headers):
-            return False
-        return super().has_body
+        if self.request.command != "HEAD":
+            return super().has_body
+        return any(name.lower() == "content-length" for name, _ in self.response_headers) and super().has_body
 
     def write(self, data):
         if data and self.content_length is None:

@@ -2,7 +2,7 @@
 
 A fresh scan is lens work for a caller that goes out to the network: `/lens/fetch` in every phase
 and mode, each side of `/lens/compare.json`, an MCP snapshot capture or compare. It spends one unit
-of the budget of each host it sends a request to: the target's before the first request, and any
+of the budget of each site it sends a request to: the target's before the first request, and any
 other site (a redirect's, a declared sitemap's) before the first hop to it. Answers from the lens
 caches spend nothing; a scan whose discovery is cached still fetches the page and spends. The
 owner's jobs (the census) pass no budget.
