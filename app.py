@@ -37,6 +37,7 @@ GUIDE = pages.AppPage("/developers", "/developers.md", "Developer guide",
 def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     """The site; `fetcher` replaces the lens's production fetcher (tests aim it at loopback sites)."""
     fetcher = fetcher or fetcher_from_settings(settings)
+    db.upgrade(settings.db_path)
     limiter = RateLimiter(settings.rates, settings.rate_storage)
     lens_budget = lens_target_budget(settings)  # fresh lens scans of one host, whoever asks
     site = Site(settings, limiter, lambda fmt, body, path: pages.render_error(settings, fmt, body, path),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib
+import logging
 import os
 import sqlite3
 import threading
@@ -24,6 +25,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 5000
 # How often a thread's reader checks that the path still names the file it reads (a stat call).
@@ -264,6 +267,19 @@ def writer(path: str | Path) -> sqlite3.Connection:
     conn = connect(path)
     ensure_schema(conn)
     return conn
+
+
+def upgrade(path: Path) -> None:
+    """Bring an existing site.db to this version's tables now, as the app starts, rather than when
+    the jobs next open it: an app upgraded before its jobs would otherwise answer from tables it
+    does not know (/ask a 503, the lens's cache writes refused). A missing or empty path is left to
+    the jobs to build; a file that cannot be written (a read-only copy) is served as it is."""
+    if not has_content(path):
+        return
+    try:
+        writer(path).close()
+    except sqlite3.Error as exc:
+        log.warning("site.db at %s keeps its tables as they are (%s); the jobs bring them up to date", path, exc)
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:

@@ -1,6 +1,7 @@
 """A site.db made by an earlier version is brought to the current tables by the next writer that
 opens it (db.ensure_schema): a dropped column goes, the rows stay, twice changes nothing, two
-processes at once change it once, and readers (the app, Datasette) never wait for it."""
+processes at once change it once, and readers (the app, Datasette) never wait for it. The app
+does this for itself as it starts, so an app upgraded before its jobs serves its new tables."""
 from __future__ import annotations
 
 import contextlib
@@ -8,8 +9,12 @@ import sqlite3
 import threading
 import time
 
+import requests
+
 import jobs
+from app import make_app
 from conftest import make_settings
+from servers import serve_wsgi
 from siteapi import db
 from siteapi.lens import cache
 
@@ -110,3 +115,26 @@ def test_a_read_held_open_does_not_hold_the_migration_up(tmp_path):
     assert long_read.execute("SELECT origin, fetched_at, payload FROM lens_discovery_cache "
                              "ORDER BY fetched_at DESC").fetchall() == rows  # all inside the purge's window
     long_read.close()
+
+
+def test_an_app_upgraded_before_its_jobs_brings_site_db_to_its_tables_as_it_starts(tmp_path, site_settings):
+    """A site.db from before page_vectors_state and the lens cache's new columns: the app started
+    on it answers /ask with the model and writes its lens cache, without waiting for a job."""
+    settings = make_settings(tmp_path)
+    with contextlib.closing(sqlite3.connect(site_settings.db_path)) as built, \
+            contextlib.closing(sqlite3.connect(settings.db_path)) as copy:
+        built.backup(copy)
+        copy.executescript(f"DROP TABLE page_vectors_state; DROP TABLE lens_discovery_cache; {OLD_DISCOVERY_CACHE}")
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        answer = requests.get(f"{base}/ask", params={"query": "rebuilding carburetors", "streaming": "0"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["_meta"]["ranking"] == "model:minilm-l6-v2-int8"
+    with contextlib.closing(db.connect(settings.db_path)) as conn:
+        assert columns(conn) == ["origin", "fetched_at", "payload"]
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'page_vectors_state'").fetchone()
+
+
+def test_an_app_started_before_any_site_db_leaves_the_path_to_the_jobs(tmp_path):
+    settings = make_settings(tmp_path)
+    make_app(settings)
+    assert not settings.db_path.exists()
