@@ -25,7 +25,7 @@ from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter, lens_target_budget, lens_work_slots
 from siteapi.search import search_endpoint
 from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller,
-                         etag_matches, header, params, wants_markdown, with_etag)
+                         etag_matches, header, params, range_applies, wants_markdown, with_etag)
 
 
 RESUME_CACHE = "public, max-age=0, must-revalidate, s-maxage=86400"  # REFERENCE: all three resume forms
@@ -106,11 +106,16 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         since = bottle.parse_date(header("If-Modified-Since") or "")
         if header("If-None-Match") or (since and since > time.time()):
             bottle.request.environ.pop("HTTP_IF_MODIFIED_SINCE", None)
+        try:
+            stat = (settings.images_dir / path).stat()
+        except OSError:
+            raise missing from None
+        etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+        if not range_applies(etag, stat.st_mtime):
+            bottle.request.environ.pop("HTTP_RANGE", None)
         found = bottle.static_file(path, root=str(settings.images_dir), etag=False)  # Bottle's own ETag is unquoted
         if found.status_code >= 400 and found.status_code != 416:
             raise missing
-        stat = (settings.images_dir / path).stat()
-        etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
         if found.status_code == 416:
             raise ApiError(416, f"The Range is not within the file's {stat.st_size} bytes; ask for bytes within "
                            "them or send no Range.", code="range_not_satisfiable",

@@ -134,6 +134,22 @@ def etag_matches(etag: str) -> bool:
     return etag in sent or "*" in sent
 
 
+def range_applies(etag: str, modified: float) -> bool:
+    """Whether a request's Range is served from a file of strong `etag` and mtime `modified`: one
+    range only (several get the whole file, as RFC 9110 allows, where Bottle sent the first alone),
+    and an If-Range that still names this version (its ETag, or its Last-Modified date), so that a
+    download resumed across a change of the file gets the new file whole, not two versions spliced."""
+    ranges = header("Range")
+    if not ranges or "," in ranges:
+        return False
+    validator = header("If-Range").strip()
+    if not validator:
+        return True
+    if validator.startswith('"'):
+        return validator == etag
+    return bottle.parse_date(validator) == int(modified)
+
+
 def etag_of(body: bytes) -> str:
     """A weak ETag: the edge compresses these bodies and passes it on unchanged, and a strong one
     would then name two different byte sequences."""

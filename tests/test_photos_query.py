@@ -383,8 +383,8 @@ def test_thumbnails_and_originals_are_served_without_metadata(env):
 
 
 def test_the_app_serves_images_as_the_edge_does(env):
-    """Alone (no Caddy), the app answers images with a quoted ETag and 304, 206 and 416 for ranges,
-    and only image files: a caption sidecar beside the originals is not published."""
+    """Alone (no Caddy), the app answers images with a quoted ETag and 304, 206 and 416 for ranges
+    (If-Range honoured, several ranges answered whole), and only image files: a caption sidecar beside the originals is not published."""
     settings, conn, client = env
     full = run(env, limit="1")["photos"][0]["full"].removeprefix(settings.public_base_url)
     first = client.get(full)
@@ -404,6 +404,19 @@ def test_the_app_serves_images_as_the_edge_does(env):
     assert ahead.status_code == 200 and ahead.content == first.content  # a date after now is invalid: ignored
     part = client.get(full, headers={"Range": "bytes=0-9"})
     assert part.status_code == 206 and len(part.content) == 10 and part.content == first.content[:10]
+    # If-Range: the range only while the file is the version named; several ranges get the whole file
+    modified = first.headers["Last-Modified"]
+    for if_range in (etag, modified):
+        resumed = client.get(full, headers={"Range": "bytes=10-19", "If-Range": if_range})
+        assert resumed.status_code == 206 and resumed.content == first.content[10:20], if_range
+        assert resumed.headers["Content-Range"] == f"bytes 10-19/{len(first.content)}"
+    earlier = email.utils.formatdate(email.utils.parsedate_to_datetime(modified).timestamp() - 1, usegmt=True)
+    for if_range in ('"another-version"', "W/" + etag, earlier, "not a date"):
+        whole = client.get(full, headers={"Range": "bytes=10-19", "If-Range": if_range})
+        assert whole.status_code == 200 and whole.content == first.content, if_range
+        assert "Content-Range" not in whole.headers
+    several = client.get(full, headers={"Range": "bytes=0-1,5-6"})
+    assert several.status_code == 200 and several.content == first.content
     past = client.get(full, headers={"Range": "bytes=999999999-", "Accept": "application/json"})
     assert past.status_code == 416 and past.json()["code"] == "range_not_satisfiable"
     assert past.headers["Content-Range"] == f"bytes */{len(first.content)}"
