@@ -62,15 +62,17 @@ class Ranking:
 
 
 def handle(method: str, query: Mapping[str, str], body: bytes | None, content_type: str | None, settings,
-           conn: sqlite3.Connection, model_allowed: Callable[[], bool]) -> tuple[int, dict[str, str], dict | Iterator[str]]:
+           conn: sqlite3.Connection, model_allowed: Callable[[], bool],
+           caller: str = "") -> tuple[int, dict[str, str], dict | Iterator[str]]:
     """Answer one /ask request: (200, headers, AskResponse dict) or (200, headers, SSE text chunks).
     Raises ApiError 400 (a parameter or the body is wrong; `parameter` names it) or 501 (mode).
-    `model_allowed()` spends one unit of the caller's model budget and says whether it was left."""
+    `model_allowed()` spends one unit of the caller's model budget and says whether it was left;
+    `caller` (the rate limiter's key) has one question embedded at a time."""
     request = parse_request(method, query, body, content_type, settings)
     if method == "HEAD":  # the headers GET would send; ranking for a body no one reads would spend the model budget
         return 200, dict(JSON_HEADERS if not request.streaming else STREAM_HEADERS), _no_body()
     if not request.streaming:
-        ranked = rank_question(request, settings, conn, model_allowed)
+        ranked = rank_question(request, settings, conn, model_allowed, caller)
         results = list(ranked.results)
         return 200, dict(JSON_HEADERS), {
             "query_id": request.query_id,
@@ -83,7 +85,7 @@ def handle(method: str, query: Mapping[str, str], body: bytes | None, content_ty
             "_meta": meta(request, ranked),
         }
     stream = legacy_stream if request.dialect == "legacy" else structured_stream
-    return 200, dict(STREAM_HEADERS), stream(request, settings, conn, model_allowed)
+    return 200, dict(STREAM_HEADERS), stream(request, settings, conn, model_allowed, caller)
 
 
 def _no_body() -> Iterator[bytes]:
@@ -309,7 +311,7 @@ def _structured_fields(data: dict, query_id: str) -> dict:
 # --- ranking ----------------------------------------------------------------------------------
 
 def rank_question(request: AskRequest, settings, conn: sqlite3.Connection,
-                  model_allowed: Callable[[], bool]) -> Ranking:
+                  model_allowed: Callable[[], bool], caller: str = "") -> Ranking:
     """Rank with the model when it is loaded, has page vectors, the caller has budget left and the
     question embeds within its deadline; otherwise lexically, naming the reason."""
     config = ranker.RankerSettings.from_settings(settings)
@@ -323,7 +325,7 @@ def rank_question(request: AskRequest, settings, conn: sqlite3.Connection,
         reason = "rate-limited"
     else:
         try:
-            vector = ranker.embed_question(model, searched, prev, config)
+            vector = ranker.embed_question(model, searched, prev, config, caller)
         except ranker.EmbeddingTimeout as exc:
             log.info("ask: %s; ranking lexically", exc)
             reason = "timeout"
@@ -421,13 +423,13 @@ def _data(payload: dict, event: str | None = None) -> str:
     return f"event: {event}\n{line}" if event else line
 
 
-def legacy_stream(request: AskRequest, settings, conn, model_allowed) -> Iterator[str]:
+def legacy_stream(request: AskRequest, settings, conn, model_allowed, caller: str) -> Iterator[str]:
     """Late-2025 NLWeb frames: keep-alive comment, begin, one `result` frame per page, end."""
     ids = {"conversation_id": request.query_id, "query_id": request.query_id}
     yield ": keep-alive\n\n"
     yield _data({"message_type": "begin-nlweb-response", **ids, "query": request.query})
     try:
-        ranked = rank_question(request, settings, conn, model_allowed)
+        ranked = rank_question(request, settings, conn, model_allowed, caller)
         for item in ranked.results:
             yield _data({"message_type": "result", **ids, "content": [{"@type": "Item", **item}]})
     except Exception:
@@ -439,12 +441,12 @@ def legacy_stream(request: AskRequest, settings, conn, model_allowed) -> Iterato
                  "total": ranked.total, "_meta": meta(request, ranked)})
 
 
-def structured_stream(request: AskRequest, settings, conn, model_allowed) -> Iterator[str]:
+def structured_stream(request: AskRequest, settings, conn, model_allowed, caller: str) -> Iterator[str]:
     """v0.55 named events: `start`, one `result` {index, item} per page, `complete`."""
     yield _data({"_meta": {"version": VERSION, "response_type": "answer", "mode": "list", "site": settings.site_host},
                  "streaming": True, "query_id": request.query_id}, "start")
     try:
-        ranked = rank_question(request, settings, conn, model_allowed)
+        ranked = rank_question(request, settings, conn, model_allowed, caller)
         for index, item in enumerate(ranked.results):
             yield _data({"index": index, "item": item}, "result")
     except Exception:

@@ -2,7 +2,8 @@
 
 The model and its tokenizer live in `models/` and are loaded lazily, once per process, behind a
 lock; onnxruntime runs on one intra-op thread, and at most MODEL_RUNS questions are embedded at
-once, so questions never take more than their cores from the other request threads. Page vectors
+once, so questions never take more than their cores from the other request threads; each caller
+has one question embedded at a time, and a freed run goes to the question that waited longest. Page vectors
 (the centroid of the vectors of "title. description" and of the start of the body in
 sentence-aligned passages) are computed by the content job and cached in `page_vectors` by content
 hash and representation, so a restart or an unchanged page costs nothing and a changed
@@ -21,6 +22,7 @@ MRR@10 0.777 vs 0.68 and 0.776, `bench/bench_ask_fp32.py`): quantization costs n
 """
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import re
@@ -135,10 +137,49 @@ class Model:
         return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
 
 
+class FairRuns:
+    """A semaphore that hands a freed run to the longest waiter. threading's lets the thread that
+    releases take it straight back, so one question of eleven texts kept the runs from a waiting
+    question of one until its deadline passed."""
+
+    def __init__(self, runs: int):
+        self._free = runs
+        self._waiting: collections.deque[threading.Lock] = collections.deque()
+        self._lock = threading.Lock()
+
+    def acquire(self, timeout: float) -> bool:
+        with self._lock:
+            if self._free and not self._waiting:
+                self._free -= 1
+                return True
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiting.append(turn)
+        if turn.acquire(timeout=timeout):
+            return True
+        with self._lock:
+            if turn in self._waiting:
+                self._waiting.remove(turn)
+                return False
+        return True  # handed over as the wait ran out
+
+    def release(self) -> None:
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().release()
+            else:
+                self._free += 1
+
+
 # Questions embedded at once in the process, each on one core: one core is left to the requests that
 # are not questions (on the 2-core machine, one question at a time; a run takes 4-30 ms).
 MODEL_RUNS = max(1, (os.cpu_count() or 2) - 1)
-_model_runs = threading.BoundedSemaphore(MODEL_RUNS)
+_model_runs = FairRuns(MODEL_RUNS)
+# And one question at a time per caller: a caller's burst queues behind its own question instead of
+# taking every run, so another caller's question waits for one run at most. Callers are hashed onto
+# lanes; two that share one take turns as well.
+CALLER_LANES = 64
+_caller_lanes = [threading.Lock() for _ in range(CALLER_LANES)]
 _models: dict[tuple[Path, Path], Model] = {}
 _failed: dict[tuple[Path, Path], tuple | None] = {}  # the files' state when loading them failed
 _models_lock = threading.Lock()
@@ -262,30 +303,37 @@ def page_matrix(conn: sqlite3.Connection) -> PageMatrix:
     return matrix
 
 
-def embed_question(model: Model, question: str, prev: list[str], config: RankerSettings) -> np.ndarray:
+def embed_question(model: Model, question: str, prev: list[str], config: RankerSettings, caller: str = "") -> np.ndarray:
     """The question's vector, blended with the earlier questions at `prev_weight` (their mean),
     within the deadline; raises EmbeddingTimeout when it cannot be had in time. Texts are read in
     NFKC form: the vocabulary knows full-width and styled letters only as [UNK].
 
-    Each text is embedded on its own, at most MODEL_RUNS at once in the process, and the deadline
-    is checked before each run as well as after the last. A batch pads every row to the longest,
-    so ten short earlier questions beside a 5 KB one cost eleven full windows; and eight such
-    questions at once, each certain to overrun, had taken the app from 180 MB to over 1 GB, which
-    the allocator kept, for answers that were then not used. Now a question stops at the first
-    run past its deadline, one waiting for a free run past its deadline never starts, and the
-    deadline bounds the wait as well as the work (onnxruntime cannot be interrupted mid-run)."""
+    Each text is embedded on its own, at most MODEL_RUNS at once in the process and one question
+    of each `caller` at a time, and the deadline is checked before each run as well as after the
+    last. A batch pads every row to the longest, so ten short earlier questions beside a 5 KB one
+    cost eleven full windows; and eight such questions at once, each certain to overrun, had taken
+    the app from 180 MB to over 1 GB, which the allocator kept, for answers that were then not
+    used. Now a question stops at the first run past its deadline, one waiting for a free run past
+    its deadline never starts, and the deadline bounds the wait as well as the work (onnxruntime
+    cannot be interrupted mid-run)."""
     started = time.perf_counter()
     deadline = started + config.deadline_ms / 1000
     vectors = []
-    for text in [question, *prev]:
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0 or not _model_runs.acquire(timeout=remaining):
-            raise EmbeddingTimeout(f"the question and {len(prev)} earlier ones were not embedded within "
-                                   f"{config.deadline_ms:g} ms ({len(vectors)} done)")
-        try:
-            vectors.append(model.embed([unicodedata.normalize("NFKC", text[:QUESTION_CHARS])])[0])
-        finally:
-            _model_runs.release()
+    lane = _caller_lanes[hash(caller) % CALLER_LANES]
+    if not lane.acquire(timeout=max(0.0, deadline - started)):
+        raise EmbeddingTimeout(f"the caller's earlier question held the model past {config.deadline_ms:g} ms")
+    try:
+        for text in [question, *prev]:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0 or not _model_runs.acquire(timeout=remaining):
+                raise EmbeddingTimeout(f"the question and {len(prev)} earlier ones were not embedded within "
+                                       f"{config.deadline_ms:g} ms ({len(vectors)} done)")
+            try:
+                vectors.append(model.embed([unicodedata.normalize("NFKC", text[:QUESTION_CHARS])])[0])
+            finally:
+                _model_runs.release()
+    finally:
+        lane.release()
     elapsed_ms = (time.perf_counter() - started) * 1000
     if elapsed_ms > config.deadline_ms:
         raise EmbeddingTimeout(f"embedding took {elapsed_ms:.1f} ms, deadline {config.deadline_ms:g} ms")

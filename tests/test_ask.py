@@ -3,6 +3,8 @@ each fallback reason, honest probabilities, bad bodies, and the page-vector cach
 from __future__ import annotations
 
 import json
+import threading
+import time
 import types
 import uuid
 from pathlib import Path
@@ -453,6 +455,49 @@ def test_a_zero_deadline_falls_back_with_timeout(site):
     _, _, stream = call(site, {"query": "carburetor jets"}, settings=settings)
     end = events(stream)[-1][1]
     assert end["_meta"]["ranking"] == "lexical:timeout"
+
+
+def until(condition, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come about"
+        time.sleep(0.005)
+
+
+def test_a_freed_model_run_goes_to_the_longest_waiter_not_back_to_its_holder():
+    """threading's semaphore let a question of eleven texts take the run straight back after each
+    one, and a waiting question of one text timed out behind it."""
+    runs = ranker.FairRuns(1)
+    assert runs.acquire(timeout=1)
+    served = []
+    waiters = [threading.Thread(target=lambda n=n: served.append((n, runs.acquire(timeout=30)))) for n in range(2)]
+    for number, waiter in enumerate(waiters):
+        waiter.start()
+        until(lambda: len(runs._waiting) == number + 1)  # queued in this order
+    runs.release()
+    assert not runs.acquire(timeout=0.05)  # the holder's next text queues behind them
+    until(lambda: len(served) == 1)
+    assert served == [(0, True)]
+    runs.release()
+    until(lambda: len(served) == 2)
+    assert served == [(0, True), (1, True)]
+    runs.release()
+    assert runs.acquire(timeout=0)  # free again, no waiter left behind by the one that timed out
+    runs.release()
+
+
+def test_a_caller_has_one_question_embedded_at_a_time(site):
+    config = ranker.RankerSettings.from_settings(site.settings)
+    hurried = ranker.RankerSettings.from_settings(load_settings(write_site(site.root, deadline_ms=100)))
+    model = ranker.load_model(config)
+    lane = ranker._caller_lanes[hash("203.0.113.7") % ranker.CALLER_LANES]
+    other = next(f"198.51.100.{n}" for n in range(256)
+                 if ranker._caller_lanes[hash(f"198.51.100.{n}") % ranker.CALLER_LANES] is not lane)
+    with lane:  # the caller's earlier question, still running
+        with pytest.raises(ranker.EmbeddingTimeout, match="earlier question"):
+            ranker.embed_question(model, "carburetor jets", [], hurried, "203.0.113.7")
+        assert ranker.embed_question(model, "carburetor jets", [], config, other).shape == (ranker.DIM,)
+    assert ranker.embed_question(model, "carburetor jets", [], config, "203.0.113.7").shape == (ranker.DIM,)
 
 
 def test_a_missing_model_file_falls_back_with_model_unavailable(site, tmp_path):
