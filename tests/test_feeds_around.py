@@ -88,6 +88,37 @@ def test_crawl_obeys_robots_and_records_each_firm(tmp_path, firms):
     assert agents == {PRODUCT_USER_AGENT}
 
 
+def test_each_redirect_hop_is_asked_of_its_own_robots_txt(tmp_path):
+    """A homepage that redirects to another origin, or to a path of its own that robots.txt keeps us
+    from, is not read: the roster URL's robots.txt says nothing about where it sends us."""
+    servers = {"Vanity": FirmServer("Vanity"),
+               "Elsewhere": FirmServer("Elsewhere", robots="User-agent: AadharshBot\nDisallow: /\n"),
+               "Moved": FirmServer("Moved", robots="User-agent: AadharshBot\nAllow: /$\nDisallow: /home\n"),
+               "Fine": FirmServer("Fine"), "Target": FirmServer("Target")}
+    try:
+        servers["Vanity"].redirect_to = servers["Elsewhere"].url + "/"
+        servers["Moved"].redirect_to = "/home"
+        servers["Fine"].redirect_to = servers["Target"].url + "/en/home"
+        entries = [{"name": name, "url": servers[name].url + "/"} for name in ("Vanity", "Moved", "Fine")]
+        settings = make_settings(tmp_path, {"around_roster": entries})
+        ports = frozenset(("127.0.0.1", urlsplit(server.url).port) for server in servers.values())
+        fetcher = Fetcher(policy=AddressPolicy(allow=ports), resolve=lambda host, t: ["127.0.0.1"], timeout_s=3.0)
+        assert run_around(settings, fetcher=fetcher).startswith("crawled 3 firms: 1 read, 2 skipped by robots")
+        rows = {r["name"]: r for r in report(reader(settings))["results"]}
+        vanity, moved, fine = rows["Vanity"], rows["Moved"], rows["Fine"]
+        assert vanity["skipped"] == "robots" and vanity["robotsRule"] == "Disallow: /" and vanity["status"] is None
+        assert vanity["finalUrl"] == servers["Elsewhere"].url + "/"
+        assert [p for _, p, _ in servers["Elsewhere"].requests] == ["/robots.txt"]
+        assert moved["skipped"] == "robots" and moved["robotsRule"] == "Disallow: /home"
+        assert moved["finalUrl"] == servers["Moved"].url + "/home"
+        assert [p for _, p, _ in servers["Moved"].requests] == ["/robots.txt", "/"]  # robots.txt read once
+        assert fine["status"] == 200 and fine["title"] == "Target" and fine["finalUrl"] == servers["Target"].url + "/en/home"
+        assert [p for _, p, _ in servers["Target"].requests] == ["/robots.txt", "/en/home"]
+    finally:
+        for server in servers.values():
+            server.close()
+
+
 def test_pending_before_the_first_crawl(tmp_path, firms):
     settings = settings_for(tmp_path, firms)
     db.connect(settings.db_path).close()

@@ -17,6 +17,7 @@ from conftest import ROOT, Client, build_site, make_settings
 from lens_sites import site_fetcher
 from servers import accepts, running, serve_wsgi
 from siteapi.config import SettingsError, load_settings
+from siteapi.lens.fetch import Target
 from siteapi.lens.targets import TargetSpent, Visits, site_of
 from siteapi.ratelimit import RatePolicy, TargetBudget
 from test_stack_e2e import free_port
@@ -107,11 +108,14 @@ def test_what_one_site_is(host, site):
 def test_the_addresses_of_one_ipv6_slash_64_are_one_site():
     budget = TargetBudget(RatePolicy("lens_target", 1, 3600))
     first_scan, second_scan = Visits(budget), Visits(budget)
-    first_scan("2001:db8:7:1::5")
-    first_scan("2001:db8:7:1:ffff::9")  # the same scan at the same site again rides on its unit
+    def hop(address):
+        return Target("http", address, 80, "/", literal=True)
+
+    first_scan(hop("2001:db8:7:1::5"))
+    first_scan(hop("2001:db8:7:1:ffff::9"))  # the same scan at the same site again rides on its unit
     with pytest.raises(TargetSpent, match=r"fresh scans of the addresses in 2001:db8:7:1::/64 it makes"):
-        second_scan("2001:db8:7:1:ffff::9")
-    second_scan("2001:db8:7:2::5")  # the next /64 is another site
+        second_scan(hop("2001:db8:7:1:ffff::9"))
+    second_scan(hop("2001:db8:7:2::5"))  # the next /64 is another site
 
 
 def test_answers_from_the_lens_caches_spend_nothing(settings, sites, checker, scanner):

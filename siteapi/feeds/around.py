@@ -1,7 +1,8 @@
 """The neighborhood: a daily crawl of venture-firm homepages, its latest snapshot and a change radar.
 
-Each firm's robots.txt is asked first (Google's parser, our product token): a 4xx robots.txt
-allows everything, a 5xx or unreachable one skips the firm this run. Allowed homepages are
+Each firm's robots.txt is asked first (Google's parser, our product token), and the robots.txt of
+every origin a redirect leads to before that hop: a 4xx robots.txt allows everything, a 5xx or
+unreachable one skips the firm this run. Allowed homepages are
 fetched 4 at a time with a 4 s limit and a 200 KB body cap, by the lens's SSRF-safe fetcher (no
 private addresses, every redirect hop checked). Per firm and crawl the store keeps head fields, a
 SHA-256 of the bounded body and one of its visible text, never the body itself. Change records
@@ -32,7 +33,8 @@ from siteapi import db
 from siteapi.config import SettingsError
 from siteapi.feeds import FeedError, option
 from siteapi.feeds.crawlers import PRODUCT_TOKEN, PRODUCT_USER_AGENT
-from siteapi.lens.fetch import Fetcher, FetchFailed, FetchRefused, FetchResult, fetcher_from_settings, join_url
+from siteapi.lens.fetch import (Fetcher, FetchFailed, FetchRefused, FetchResult, Target, fetcher_from_settings,
+                                join_url)
 from siteapi.lens.page import decode_text
 from siteapi.lens.terms import robots_lines, rule_at
 from siteapi.web import ApiError, clamp_int
@@ -154,14 +156,18 @@ def roster(settings) -> list[dict]:
     return firms
 
 
-def _robots_verdict(fetcher: Fetcher, url: str) -> tuple[str, str | None, str | None]:
-    """(robots, rule, skipped) for our product token at `url`."""
+def _robots_verdict(fetcher: Fetcher, url: str,
+                    files: dict[str, FetchResult | None]) -> tuple[str, str | None, str | None]:
+    """(robots, rule, skipped) for our product token at `url`; `files` keeps each robots.txt read
+    (None: unreachable) for the other URLs of its origin."""
     robots_url = urljoin(url, "/robots.txt")
-    try:
-        got = _get(fetcher, robots_url, ROBOTS_TIMEOUT, ROBOTS_CAP, {"User-Agent": PRODUCT_USER_AGENT})
-    except Exception:
-        return "unknown", None, "robots_unavailable"
-    if got.status >= 500:
+    if robots_url not in files:
+        try:
+            files[robots_url] = _get(fetcher, robots_url, ROBOTS_TIMEOUT, ROBOTS_CAP, {"User-Agent": PRODUCT_USER_AGENT})
+        except Exception:
+            files[robots_url] = None
+    got = files[robots_url]
+    if got is None or got.status >= 500:
         return "unknown", None, "robots_unavailable"
     if got.status >= 400:
         return "allow", f"robots.txt answered {got.status}: everything allowed", None
@@ -221,23 +227,43 @@ def _image_url(base_url: str, written: str) -> str | None:
     return url if len(url) <= TEXT_CAP else None
 
 
+class _RedirectDisallowed(Exception):
+    """A redirect of the homepage led to a URL its own origin's robots.txt keeps us from."""
+
+    def __init__(self, url: str, verdict: tuple[str, str | None, str | None]):
+        super().__init__(url)
+        self.url, self.verdict = url, verdict
+
+
 def crawl_firm(fetcher: Fetcher, firm: dict) -> dict:
-    """One firm's row: robots first, then the homepage when allowed. Never raises."""
+    """One firm's row: robots first, then the homepage when allowed, each redirect hop asked of its
+    own origin's robots.txt before it is opened (a vanity domain's robots.txt says nothing about the
+    site it sends us to). Never raises."""
     started = time.monotonic()
     row = {"target": firm["url"], "name": firm["name"], "observed_at": db.now_iso(), "final_url": None,
            "status": None, "title": None, "description": None, "og_image": None, "server": None,
            "last_modified": None, "content_type": None, "body_hash": None, "bytes_read": None,
            "truncated": 0, "robots_rule": None, "skipped": None, "error": None, "text_hash": None}
-    row["robots"], row["robots_rule"], row["skipped"] = _robots_verdict(fetcher, firm["url"])
+    robots_files: dict[str, FetchResult | None] = {}
+    row["robots"], row["robots_rule"], row["skipped"] = _robots_verdict(fetcher, firm["url"], robots_files)
+
+    def obey_robots(hop: Target) -> None:
+        verdict = _robots_verdict(fetcher, hop.url, robots_files)
+        if verdict[2]:
+            raise _RedirectDisallowed(hop.url, verdict)
+
     if not row["skipped"]:
         try:
-            got = _get(fetcher, firm["url"], PAGE_TIMEOUT, BODY_CAP,
+            got = _get(fetcher.visiting(obey_robots), firm["url"], PAGE_TIMEOUT, BODY_CAP,
                        {"User-Agent": PRODUCT_USER_AGENT, "Accept": "text/html,*/*;q=0.5"})
             ctype = got.headers.get("content-type")
             row.update(status=got.status, final_url=got.final_url, server=_clip(got.headers.get("server")),
                        last_modified=_clip(got.headers.get("last-modified")), content_type=_clip(ctype),
                        body_hash=hashlib.sha256(got.body).hexdigest(), bytes_read=len(got.body),
                        truncated=int(got.truncated), **_page_fields(got.body, ctype, got.final_url))
+        except _RedirectDisallowed as hop:
+            row["final_url"] = hop.url
+            row["robots"], row["robots_rule"], row["skipped"] = hop.verdict
         except Exception as exc:
             row["error"] = _clip(str(exc) or exc.__class__.__name__) if isinstance(exc, FeedError) else \
                 f"{exc.__class__.__name__}: the homepage could not be fetched"

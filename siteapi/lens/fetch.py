@@ -11,7 +11,8 @@ the decoded body is capped while decompressing, so a compression bomb costs noth
 MAX_CODINGS stacked Content-Encodings are decoded. Each hop is signed for its own authority (Web
 Bot Auth, `siteapi.botauth`) when the fetcher has a signer, as the production fetcher does
 whenever the site's key can be read or made. A copy made by `visiting(visit)` shows `visit` each
-hop's host before opening it, which is how a scan spends the per-target budget (targets.py).
+hop's Target before opening it: how a scan spends the per-target budget (targets.py), and how the
+neighborhood crawl asks each hop's robots.txt (feeds/around.py).
 
 Built on urllib3 (the transport under requests) rather than a requests adapter: a connection
 pool aimed at the checked IP with `server_hostname`/`assert_hostname` set to the name is
@@ -423,10 +424,11 @@ class Fetcher:
         self.cap_bytes = cap_bytes
         self.signer = signer  # Web Bot Auth: each hop signed for its own authority
         self.ca_certs = ca_certs or certifi.where()
-        self.visit: Callable[[str], None] | None = None
+        self.visit: Callable[[Target], None] | None = None
 
-    def visiting(self, visit: Callable[[str], None]) -> "Fetcher":
-        """This fetcher calling `visit(host)` before every hop it opens; `visit` may raise FetchFailed."""
+    def visiting(self, visit: Callable[[Target], None]) -> "Fetcher":
+        """This fetcher calling `visit(target)` before every hop it opens; an exception `visit`
+        raises ends the fetch."""
         twin = copy.copy(self)
         twin.visit = visit
         return twin
@@ -453,7 +455,7 @@ class Fetcher:
         with watching(deadline) as watchdog:
             while True:
                 if self.visit is not None:
-                    self.visit(target.host)
+                    self.visit(target)
                 response = self._open(target, headers or {}, watchdog, hop=len(redirects))
                 location = response.headers.get("location")
                 if response.status not in REDIRECT_STATUSES or not location:

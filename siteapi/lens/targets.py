@@ -67,8 +67,8 @@ class Visits:
         self._lock = threading.Lock()  # the scan's probes visit from a thread pool
         self._decisions: dict[str, Decision] = {}
 
-    def __call__(self, host: str) -> None:
-        site = site_of(host)
+    def __call__(self, target: Target) -> None:
+        site = site_of(target.host)
         with self._lock:
             if site not in self._decisions:
                 self._decisions[site] = self.budget.spend(site)
@@ -89,7 +89,7 @@ def spending(fetcher: Fetcher, budget: TargetBudget | None, target: Target) -> F
         return fetcher
     visits = Visits(budget)
     try:
-        visits(target.host)
+        visits(target)
     except TargetSpent as spent:
         raise refusal(spent) from None
     return fetcher.visiting(visits)
