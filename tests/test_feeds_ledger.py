@@ -101,6 +101,21 @@ def test_counts_crawlers_and_skips_what_it_should(tmp_path, log):
     assert hits(settings)["gptbot"] == 5  # the half-written line counted once, when complete
 
 
+def test_the_spellings_of_a_path_count_as_it_and_datasette_stays_out_however_spelled(tmp_path, log):
+    """Each spelling of a page had a row of its own (countless rows, each read by every /ledger.json),
+    and Datasette, which redirects any path, was left out only as /data/: arbitrary text reached the
+    public ledger through /DATA/ and the like, which Caddy routes to it all the same."""
+    settings = settings_for(tmp_path, log)
+    append(log, *(caddy_line(uri, UA["gptbot"]) for uri in ("/about", "/%61bout", "//about", "/writing/../about",
+                                                            "/about?ref=x", "http://aadhar.sh/about")),
+           *(caddy_line(uri, UA["gptbot"], status=302) for uri in ("/DATA/BUY-PILLS/", "/Data/BUY/", "//data/BUY/",
+                                                                   "/%64ata/BUY/", "http://aadhar.sh/data/BUY/")),
+           caddy_line("/about", UA["gptbot"], ts=NOW + 3 * 86400))  # a clock that ran ahead
+    assert ": 7 crawler hits," in run_ledger(settings)  # the five to Datasette are not counted
+    body = ledger(db.connect(settings.db_path, readonly=True), settings)
+    assert body["total_hits"] == 6 and body["line_items"][0]["top_paths"] == [{"path": "/about", "hits": 6}]
+
+
 def roll(log, stamp: str, compress: bool = False):
     """What Caddy's roller does: rename to access-<time>.log (gzip it later), start a new file."""
     rolled = log.with_name(f"access-{stamp}.log")

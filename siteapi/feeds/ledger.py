@@ -9,8 +9,9 @@ lost, nothing counted twice. Only complete lines are consumed, and counts and th
 are written in one transaction, so a failed run changes nothing, and a run that finds another
 one committed first while it read (a hand-started run beside the scheduler's) changes nothing. Responses below 400 whose
 User-Agent the crawler registry knows (our own AadharshBot excepted) are counted per UTC day,
-crawler and path, except Datasette's under /data/. The reader prices the last 30 days at `[feeds] ledger_rate_usd` a page (one
-cent unless set), as commentary.
+crawler and path as the site routed it (`routed_path`), except Datasette's under /data/ however the
+path is spelled. The reader prices the last 30 days at `[feeds] ledger_rate_usd` a page (one cent
+unless set), as commentary, and keeps its answer until the job's next run.
 """
 from __future__ import annotations
 
@@ -19,9 +20,12 @@ import gzip
 import hashlib
 import json
 import os
+import posixpath
+import re
 import sqlite3
 import zlib
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from siteapi import db
 from siteapi.config import DATASETTE_PATH
@@ -54,6 +58,8 @@ FINGERPRINT_BYTES = 1024
 KEEP_DAYS = 400
 PATH_CAP = 300
 WINDOW_DAYS = 30
+TOP_PATHS = 5
+_SLASHES = re.compile(r"/{2,}")
 
 
 def _open(path: Path):
@@ -117,6 +123,21 @@ def _plan(log: Path, state) -> tuple[list[tuple[Path, int, bool]], bool]:
     return [(log, 0, True)], True
 
 
+def routed_path(uri: str) -> str:
+    """The path of a logged request URI as Caddy and the app route it: the authority of an
+    absolute-form URI, the query and fragment dropped, %-escapes decoded, runs of slashes and dot
+    segments resolved (a trailing slash kept), cut to PATH_CAP. So /%61bout, //about and
+    /writing/../about, all answered as /about, count as /about: the spellings of one page are
+    countless, and each had been a row of its own that every /ledger.json then read."""
+    if not uri.startswith("/"):
+        uri = urlsplit(uri).path or "/"
+    path = unquote(uri.split("?", 1)[0].split("#", 1)[0], errors="replace")
+    resolved = posixpath.normpath(_SLASHES.sub("/", path))
+    if path.endswith("/") and resolved != "/":
+        resolved += "/"
+    return resolved[:PATH_CAP]
+
+
 def parse_line(line: bytes) -> tuple[str, str, str] | None | bool:
     """(day, bot key, path) for a counted crawler hit; None for a line not counted; False if malformed."""
     try:
@@ -135,10 +156,11 @@ def parse_line(line: bytes) -> tuple[str, str, str] | None | bool:
     crawler = match_user_agent(" ".join(a for a in agents if isinstance(a, str)) if isinstance(agents, list) else "")
     if not counts_in_ledger(crawler) or not 100 <= status < 400:
         return None
-    path = str(request.get("uri") or "/").split("?", 1)[0].split("#", 1)[0][:PATH_CAP] or "/"
-    if path == DATASETTE_PATH.rstrip("/") or path.startswith(DATASETTE_PATH):
+    path = routed_path(str(request.get("uri") or "/"))
+    if path.casefold() == DATASETTE_PATH.rstrip("/") or path.casefold().startswith(DATASETTE_PATH):
         # Not the site's own answers (REFERENCE counts the worker's), and Datasette redirects any
         # path it is sent, which put whatever text a spoofed crawler wrote into the public ledger.
+        # Caddy's `handle /data/*` matches without regard to case, as this does.
         return None
     try:
         day = dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d")
@@ -236,6 +258,38 @@ def options(settings) -> tuple[float, int]:
     return option(settings, "ledger_rate_usd", 0.01, 0, 1000), option(settings, "ledger_stale_seconds", 3600, 60, 604_800)
 
 
+# The last answer's line items, by what they were computed from: the rows change only when the
+# ledger job runs (every 10 minutes), and reading them costs time in proportion to the paths stored.
+_ITEMS_CACHE: dict[tuple, list[dict]] = {}
+
+
+def _line_items(conn: sqlite3.Connection, state: tuple, since: str, today: str, rate: float) -> list[dict]:
+    """Each crawler's hits from `since` to `today` (a day after it, from a log line written by a clock
+    that ran ahead, is not in the window) with its TOP_PATHS paths; cached while `state` (site.db's
+    path and its ledger_state row) stays, that is until the ledger job's next run."""
+    key = (state, since, today, rate)
+    if key in _ITEMS_CACHE:
+        return _ITEMS_CACHE[key]
+    rows = conn.execute("SELECT bot, path, SUM(hits) AS hits FROM ledger_hits WHERE day BETWEEN ? AND ? "
+                        "GROUP BY bot, path", (since, today)).fetchall()
+    per_bot: dict[str, dict] = {}
+    for row in rows:
+        item = per_bot.setdefault(row["bot"], {"hits": 0, "paths": []})
+        item["hits"] += row["hits"]
+        item["paths"].append((row["hits"], row["path"]))
+    items = []
+    for bot, item in per_bot.items():
+        entry = BY_KEY.get(bot, {"label": bot, "owner": None, "kind": None, "role": None})
+        top = sorted(item["paths"], key=lambda hp: (-hp[0], hp[1]))[:TOP_PATHS]
+        items.append({"bot": bot, "label": entry["label"], "owner": entry["owner"], "kind": entry["kind"],
+                      "role": entry["role"], "hits": item["hits"], "amountUsd": round(item["hits"] * rate, 2),
+                      "top_paths": [{"path": p, "hits": h} for h, p in top]})
+    items.sort(key=lambda i: (-i["hits"], i["bot"]))
+    _ITEMS_CACHE.clear()
+    _ITEMS_CACHE[key] = items
+    return items
+
+
 def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -> dict:
     """The Ledger body, or ApiError 503 `not_configured` / 502 `upstream_failed` carrying the Ledger body
     without `ok`, which the route sets false on every error."""
@@ -248,9 +302,9 @@ def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -
     since = (now - dt.timedelta(days=WINDOW_DAYS - 1)).strftime("%Y-%m-%d")
     unreadable = "The access log behind the crawler ledger could not be read; try again later."
     try:
-        state = conn.execute("SELECT read_at FROM ledger_state WHERE id = 1").fetchone()
-        rows = conn.execute(
-            "SELECT bot, path, SUM(hits) AS hits FROM ledger_hits WHERE day >= ? GROUP BY bot, path", (since,)).fetchall()
+        state = conn.execute("SELECT * FROM ledger_state WHERE id = 1").fetchone()
+        if state is not None:  # the job writes the hits and its state in one transaction
+            items = _line_items(conn, (str(settings.db_path), *state), since, now.strftime("%Y-%m-%d"), rate)
     except sqlite3.Error:
         raise ApiError(502, unreadable, code="upstream_failed", **body) from None
     if state is None:
@@ -259,19 +313,6 @@ def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -
     read_at = dt.datetime.strptime(state["read_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
     if (now - read_at).total_seconds() > stale_after:
         raise ApiError(502, unreadable, code="upstream_failed", read_at=state["read_at"], **body)
-    per_bot: dict[str, dict] = {}
-    for row in rows:
-        item = per_bot.setdefault(row["bot"], {"hits": 0, "paths": []})
-        item["hits"] += row["hits"]
-        item["paths"].append((row["hits"], row["path"]))
-    items = []
-    for key, item in per_bot.items():
-        entry = BY_KEY.get(key, {"label": key, "owner": None, "kind": None, "role": None})
-        top = sorted(item["paths"], key=lambda hp: (-hp[0], hp[1]))[:5]
-        items.append({"bot": key, "label": entry["label"], "owner": entry["owner"], "kind": entry["kind"],
-                      "role": entry["role"], "hits": item["hits"], "amountUsd": round(item["hits"] * rate, 2),
-                      "top_paths": [{"path": p, "hits": h} for h, p in top]})
-    items.sort(key=lambda i: (-i["hits"], i["bot"]))
     total = sum(i["hits"] for i in items)
     return {"ok": True, **body, "since": since, "updated_at": state["read_at"], "line_items": items,
             "total_hits": total, "total_usd": round(total * rate, 2)}
