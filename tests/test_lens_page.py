@@ -270,6 +270,34 @@ def test_nesting_cut_leaves_ordinary_pages_alone():
     assert page.nesting_cut("<div>" * 3000) == 5 * page.NESTING_LIMIT
 
 
+def test_an_icon_sprite_is_read_whole():
+    """Each <path/> of an inline SVG sprite had counted as an element left open, so a 78 KB page was cut
+    at its sprite and reported with no words, headings or JSON-LD."""
+    sprite = "<svg hidden>" + "<symbol id=i><path d='M0 0h24'/><path d='M1 1'/><circle r='2'/></symbol>" * 700 + "</svg>"
+    chart = "<svg>" + "<rect width='1' height='2'/>" * 3000 + "</svg>"
+    body = (f"<html><head><title>Shop</title></head><body>{sprite}<h1>Kettle</h1><p>{'A fine kettle. ' * 30}</p>"
+            f"{chart}<!-- {'<div>' * 3000} --><script>{'<div>' * 3000}</script>"
+            '<script type="application/ld+json">{"@type": "Product", "name": "Kettle"}</script>'
+            "<h2>Reviews</h2></body></html>").encode()
+    seen = page.analyse(body, "text/html", {}, "https://shop.example/")
+    assert not seen.parse_truncated and seen.parsed_bytes == len(body)
+    assert [h["text"] for h in seen.anatomy["headings"]] == ["Kettle", "Reviews"] and seen.anatomy["wordCount"] > 90
+    assert seen.structured["jsonld"][0]["types"] == ["Product"]
+
+
+@pytest.mark.parametrize("nested", [
+    "<div/>",                          # "/>" closes nothing in HTML
+    "<svg><div/>",                     # an HTML tag ends the SVG
+    "<svg><foreignObject><path/>",     # HTML again inside foreignObject
+    "<svg><title><x-a/>",
+    "<math><annotation-xml encoding='text/html'><x/>",
+    "<svg><style><g>",                 # an SVG style holds elements, unlike HTML's
+])
+def test_what_nests_in_html_still_counts(nested):
+    opener, _, repeated = nested.rpartition("<")
+    assert page.nesting_cut(opener + ("<" + repeated) * 3000) is not None
+
+
 @pytest.mark.parametrize("xfo, framable", [("DENY, SAMEORIGIN", False), ("ALLOWALL, DENY", False),
                                            ("SAMEORIGIN, SAMEORIGIN", True), ("deny, DENY", False)])
 def test_conflicting_x_frame_options_values_deny(xfo, framable):

@@ -47,9 +47,20 @@ MF1_ROOTS = ("vcard", "hentry", "hfeed", "vevent", "vcalendar", "hreview", "hrev
              "hrecipe", "hresume", "hnews", "geo", "adr", "xoxo", "hlisting")
 _MF_SELECTOR = '[class^="h-"], [class*=" h-"], ' + ", ".join("." + c for c in MF1_ROOTS)
 _MF2_ROOT = re.compile(r"^h-[a-z0-9]+(-[a-z0-9]+)*$")
-_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9:-]*)")
+# A comment's start, or a tag: end tag or not, its name, and whether it ends in "/>".
+_MARKUP = re.compile(r"<!--|<(/?)([A-Za-z][A-Za-z0-9:-]*)[^<>]*?(/?)>")
 _NOT_NESTING = frozenset("area base br col embed hr img input link meta param source track wbr li p td th tr "
-                         "option optgroup dt dd rt rp thead tbody tfoot colgroup caption".split())
+                         "option optgroup dt dd rt rp thead tbody tfoot colgroup caption basefont bgsound frame "
+                         "keygen".split())
+# What HTML's tree builder reads as text up to the element's own end tag (outside SVG and MathML).
+_RAW_TEXT = {name: re.compile(rf"</{name}\b", re.I) for name in
+             "script style textarea title xmp noembed noframes iframe plaintext".split()}
+_FOREIGN_ROOTS = frozenset(("svg", "math"))
+# Inside SVG or MathML, these hold HTML again; and an HTML tag such as <div> ends the foreign content.
+_INTEGRATION_POINTS = frozenset("foreignobject desc title annotation-xml mi mo mn ms mtext".split())
+_BREAKOUT = frozenset("b big blockquote body br center code dd div dl dt em embed h1 h2 h3 h4 h5 h6 head hr i img "
+                      "li listing menu meta nobr ol p pre ruby s small span strong strike sub sup table tt u ul "
+                      "var font".split())
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 _TEXT_MIMES = ("application/xhtml+xml", "application/xml", "application/json", "application/javascript",
                "application/ecmascript", "application/x-javascript", "application/rss+xml", "application/atom+xml")
@@ -135,17 +146,49 @@ def _meta_encoding(label: str) -> str:
 
 
 def nesting_cut(text: str, limit: int = NESTING_LIMIT) -> int | None:
-    """Offset where open elements first nest deeper than `limit`, or None."""
-    depth = 0
-    for match in _TAG.finditer(text):
-        if match.group(2).lower() in _NOT_NESTING:
+    """Offset where open elements first nest deeper than `limit`, or None. It follows HTML's tree
+    builder as far as nesting goes: comments and raw text (script, style ...) hold no elements, and
+    "/>" closes an element only inside SVG or MathML (an icon sprite's thousands of <path/> nest
+    nothing, where <div/> in HTML opens a div). Where it cannot tell, it counts an element open: a
+    count too high cuts a page short, one too low would let a page nest as deep as it likes."""
+    depth, position, switches = 0, 0, []  # switches: (element, in foreign content before it)
+    foreign = False
+    while (match := _MARKUP.search(text, position)) is not None:
+        position = match.end()
+        if match.group() == "<!--":
+            end = text.find("-->", position)
+            if end < 0:
+                return None
+            position = end + 3
             continue
-        if match.group(1):
-            depth = max(0, depth - 1)
-        else:
-            depth += 1
-            if depth > limit:
-                return match.start()
+        closing, name, self_closing = match.group(1), match.group(2).lower(), match.group(3)
+        if closing:
+            if switches and switches[-1][0] == name:
+                foreign = switches.pop()[1]
+            if name not in _NOT_NESTING and not (name in _RAW_TEXT and not foreign):
+                depth = max(0, depth - 1)
+            continue
+        if foreign and name in _BREAKOUT:
+            switches, foreign = [], False
+        if foreign and self_closing:
+            continue
+        if not foreign and name in _RAW_TEXT:
+            end = _RAW_TEXT[name].search(text, position)
+            if end is None:
+                return None
+            position = end.end()
+            continue
+        if name in _NOT_NESTING:
+            continue
+        if name in _FOREIGN_ROOTS and not foreign and not self_closing:
+            switches.append((name, foreign))
+            foreign = True
+        elif name in _INTEGRATION_POINTS and foreign:
+            switches.append((name, foreign))
+            foreign = False
+        depth += 1
+        if depth > limit:
+            return match.start()
     return None
 
 
