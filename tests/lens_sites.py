@@ -3,7 +3,8 @@
 Sites: ready.test (every agent door: expect level 5), blog.test (content only), spa.test (200 HTML
 for every path), blocked.test (robots.txt blocks AI crawlers and AI user agents get a challenge),
 paid.test (402 pay-per-crawl + x402), robots503.test, signals.test (Content-Signal + TDMRep),
-hang.test (every probe hangs), bigrobots.test (5 MB robots.txt), binrobots.test, bomb.test (a
+hang.test (every probe hangs), bigrobots.test (5 MB robots.txt), binrobots.test, badcoding.test
+(a robots.txt of rules labelled gzip that is not), bomb.test (a
 sitemap bomb), malformed.test (broken cards and OpenAPI), deep.test (every JSON answer nested 20,000
 deep, its home page a 402), notes.test (a robots.txt of comments and Host: only), htmlrobots.test and
 octetrobots.test (rules served as text/html and application/octet-stream), bom.test (robots.txt,
@@ -40,7 +41,8 @@ from siteapi.lens.fetch import AddressPolicy, Fetcher
 from servers import start_thread, stop_thread, write_response
 
 SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
-         "hang.test", "bigrobots.test", "binrobots.test", "bomb.test", "malformed.test", "deep.test", "notes.test",
+         "hang.test", "bigrobots.test", "binrobots.test", "badcoding.test", "bomb.test", "malformed.test", "deep.test",
+         "notes.test",
          "htmlrobots.test", "octetrobots.test", "bom.test", "tdmtypes.test", "mdalways.test", "novary.test",
          "sitemaps.test", "puzzle.test", "applebot.test", "moved.test", "landing.test", "fatdocs.test", "fatrobots.test")
 WORDS = " ".join(["Plain words for machine readers about sourdough, photographs and the open web."] * 8)
@@ -217,6 +219,13 @@ class Handler(BaseHTTPRequestHandler):
     def site_binrobots(self, path):
         if path == "/robots.txt":
             return self.send(200, bytes(range(256)) * 64, "text/plain")
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.not_found()
+
+    def site_badcoding(self, path):
+        if path == "/robots.txt":
+            return self.send(200, "User-agent: *\nDisallow: /\n", "text/plain", {"Content-Encoding": "gzip"})
         if path == "/":
             return self.send(200, BLOG_HOME)
         self.not_found()

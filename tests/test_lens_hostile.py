@@ -209,6 +209,13 @@ def test_a_discovery_result_over_the_size_cap_is_not_cached(sites, dns_server, s
     assert {row["verdict"] for row in second["terms"]["scoreboard"]} == {"allow"}
 
 
+def test_a_discovery_result_with_a_probe_failing_for_now_is_not_cached(sites, dns_server, settings, conn):
+    """robots.txt answering 503 says "check again later": cached, every scan for six hours had said it."""
+    _scan(sites, dns_server, settings, conn, "robots503.test")
+    assert _stored(conn, sites, "robots503.test") is None
+    assert not _scan(sites, dns_server, settings, conn, "robots503.test")["phases"]["discoveryCached"]
+
+
 def test_the_caches_keep_their_newest_rows_only(conn):
     """One caller scanning a new origin each time replaces the oldest rows instead of growing site.db."""
     for n in range(cache.MAX_ROWS + 5):

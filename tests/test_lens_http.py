@@ -182,9 +182,16 @@ def test_any_text_robots_txt_is_read_whatever_its_type(lens_api, sites, site, gp
         assert f"served as {served}, not text/plain" in checks["robotsTxt"]["detail"]
 
 
-def test_binary_robots_txt_is_unknown_and_says_binary(lens_api, sites):
-    terms = full_scan(lens_api, sites.url("binrobots.test"))["terms"]
-    assert terms["robotsUnknown"] and "binary" in terms["robotsError"] and "HTML" not in terms["robotsError"]
+@pytest.mark.parametrize("site", ["binrobots.test", "badcoding.test"])
+def test_a_robots_txt_that_cannot_be_read_as_text_is_unknown_not_empty(lens_api, sites, site):
+    """badcoding.test says Disallow: / under a Content-Encoding it is not in: read as the empty
+    stand-in for its body, it had allowed every crawler and passed the check."""
+    obs = full_scan(lens_api, sites.url(site))
+    terms = obs["terms"]
+    assert terms["robotsUnknown"] and "cannot be read as text" in terms["robotsError"]
+    assert "HTML" not in terms["robotsError"]
+    assert {row["verdict"] for row in terms["scoreboard"]} == {"unknown"}
+    assert obs["readiness"]["checks"]["robotsTxt"]["status"] != "pass"
 
 
 def test_a_bom_does_not_hide_the_first_group(lens_api, sites):

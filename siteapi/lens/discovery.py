@@ -90,8 +90,9 @@ def plain_text(result: FetchResult) -> str | None:
 
 def robots_text(result: FetchResult) -> str | None:
     """robots.txt as crawlers read it (RFC 9309): any body that is not binary, whatever its
-    Content-Type; None for a binary body."""
-    return None if _binary(result, "") else body_text(result)
+    Content-Type; None for a binary body, or one whose content coding could not be undone (its
+    empty stand-in would read as a file without rules: everything allowed, whatever it said)."""
+    return None if result.body_unreadable or _binary(result, "") else body_text(result)
 
 
 def _binary(result: FetchResult, content_type: str) -> bool:

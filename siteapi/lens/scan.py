@@ -9,7 +9,8 @@ joins what the page shows (`ai.llmsTxtPresent` counts /llms.txt). The origin's d
 is cached in site.db for `discovery_cache_hours` (cache.py): the probes (their bodies already cut
 short), the robots.txt text the verdicts are read from for each page, and what later passes read
 from the well-known documents (the agent doors, the keyless reason, the TDMRep terms), never the
-documents themselves; a result longer than the cache takes (cache.MAX_PAYLOAD_CHARS) is not cached.
+documents themselves; a result longer than the cache takes (cache.MAX_PAYLOAD_CHARS), or one in
+which a probe failed for now (no answer in time, a 5xx), is not cached.
 Also here: `summary` (LensSummary) and `compare` (LensComparison).
 """
 from __future__ import annotations
@@ -155,8 +156,12 @@ def _collect_discovery(pool, sub: Subrequests, origin: str, futures: dict, dns_f
         late = Fetched(discovery.probe_result(key, origin + path, error=TIMED_OUT), unreachable=True)
         fetched[key] = _result(futures[key], late)
     robots = fetched["robotsTxt"]
+    agents_md = _result(futures["agentsMd"], {"ok": False, "present": False, "unknown": True, "error": TIMED_OUT})
+    # A probe that failed for now (no answer, a 5xx) says "check again later": kept six hours, every
+    # scan in them would have answered with that failure.
+    transient = any(f.unreachable or (f.status or 0) >= 500 for f in fetched.values()) or agents_md.get("unknown")
     return {
-        "_complete": complete,
+        "_complete": complete and not transient,
         "shape": DISCOVERY_SHAPE,
         "probes": {key: f.probe for key, f in fetched.items()},
         "doors": {key: agent.door(fetched[key].probe, fetched[key].data, describe) for key, describe in (
@@ -166,7 +171,7 @@ def _collect_discovery(pool, sub: Subrequests, origin: str, futures: dict, dns_f
         "tdmrep": terms.tdmrep_file(fetched["tdmrep"].data, fetched["tdmrep"].probe),
         "robots": {"text": robots.text, "status": robots.status, "unreachable": robots.unreachable},
         "sitemapDeclared": _result(declared, {"ok": False, "url": "", "error": TIMED_OUT}) if declared else None,
-        "agentsMd": _result(futures["agentsMd"], {"ok": False, "present": False, "unknown": True, "error": TIMED_OUT}),
+        "agentsMd": agents_md,
         "mcpEndpoint": _result(futures["mcpEndpoint"], {"error": TIMED_OUT}),
         "askEndpoint": _result(futures["askEndpoint"], {"error": TIMED_OUT}),
         "dnsAid": _result(dns_futures["dnsAid"], {"ok": False, "found": False, "error": TIMED_OUT}),

@@ -43,7 +43,8 @@ def robots_state(status: int | None, unreachable: bool, text: str | None) -> tup
     if not 200 <= status < 300:
         return "unknown", f"robots.txt answered {status}"
     if text is None:
-        return "unknown", "robots.txt answered a binary body, not text, so its rules cannot be read"
+        return "unknown", ("robots.txt answered a body that cannot be read as text (binary, or in a content coding "
+                           "that could not be decoded), so its rules cannot be read")
     return "present", None
 
 
