@@ -93,6 +93,22 @@ def test_the_linear_readers_read_ordinary_files_as_before():
     assert bridge == {"found": True, "kind": "bridge",
                       "marker": '<script type="module" src="https://cdn.x.test/@mcp-b/global.js"'}
     assert agent.webmcp('<script src="/app.js"></script><img src="/webmcp.png">') == {"found": False}
+
+
+@pytest.mark.parametrize("html, found", [
+    ('<script>navigator.modelContext.registerTool({name: "s"})</script>', "inline"),
+    ('<script src="/js/webmcp.min.js"></script>', "bridge"),
+    ('<script src="/mcp-b.js?v=2"></script>', "bridge"),
+    # a tutorial's code, a plug-in system of the page's own, a script whose name only starts so
+    ('<pre><code>navigator.modelContext.registerTool({name: "s"})</code></pre>', None),
+    ("<script>function registerTool(t){} registerTool({name: 'x'});</script>", None),
+    ('<script src="/assets/mcp-banner.min.js"></script>', None),
+    ("<!-- <script>navigator.modelContext.provideContext({})</script> -->", None),
+])
+def test_webmcp_is_the_page_s_own_script_not_words_about_it(html, found):
+    """A tutorial page had become agent-native, with WebMCP's check passed and an agent door scored 100."""
+    result = agent.webmcp(f"<html><body><p>About tools.</p>{html}</body></html>")
+    assert result.get("kind") == found and result["found"] is (found is not None)
     links = page.parse_link_header('<a>; rel="x", <b>; rel=y; title="t, u", <c>', "https://x.test/")
     assert links == [{"rel": "x", "href": "https://x.test/a"}, {"rel": "y", "href": "https://x.test/b", "title": "t, u"}]
 

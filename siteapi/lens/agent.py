@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import urlsplit
 
 from .discovery import CapReached, Subrequests
 from .fetch import FetchFailed, FetchRefused, FetchResult
@@ -17,12 +18,17 @@ from .page import mime_of
 MCP_ACCEPT = "application/json, text/event-stream"
 MARKDOWN_ACCEPT = "text/markdown, text/html;q=0.5"
 ENDPOINT_CAP = 2048  # /mcp and /ask: the first bytes say what answered
-_WEBMCP_INLINE = re.compile(r"navigator\.modelContext|registerTool\s*\(|provideContext\s*\(")
-# A script start tag, then its src attributes. `[^<>]` keeps each try inside one tag, so the search
+# WebMCP in a page's own script: the API object and one of its two calls that give an agent tools.
+_WEBMCP_API = re.compile(r"(?:\bnavigator\.)?\bmodelContext\b")
+_WEBMCP_CALL = re.compile(r"\b(?:registerTool|provideContext)\s*\(")
+# A script start tag (or a comment's start), then its src attributes. `[^<>]` keeps each try inside one tag, so the search
 # stays linear; `[^>]+` ran on past every `<script` that never closed, to the end of the page.
-_SCRIPT_TAG = re.compile(r"<script[^<>]*", re.I)
+_SCRIPT_TAG = re.compile(r"<!--|<script[^<>]*", re.I)  # comments are passed over whole
+_SCRIPT_END = re.compile(r"</script", re.I)
 _SCRIPT_SRC = re.compile(r"""src=["']([^"']*)["']""", re.I)
-_BRIDGE_NAMES = ("webmcp", "mcp-b", "model-context")
+# A bridge script's path segment: the @mcp-b package scope, or a file or folder named for WebMCP
+# (webmcp.js, mcp-b.min.js, model-context/), not any name that merely starts so (mcp-banner.js).
+_BRIDGE_SEGMENT = re.compile(r"@mcp-b|(?:webmcp|mcp-b|model-context)(?:[.-][\w.-]*)?", re.I)
 
 
 def endpoint_answer(result: FetchResult | None, error: str | None) -> dict:
@@ -88,13 +94,27 @@ def nlweb_verdict(answer: dict) -> dict:
 
 
 def webmcp(raw_html: str) -> dict:
-    for tag in _SCRIPT_TAG.finditer(raw_html or ""):
+    """A WebMCP bridge script, or the page's own script calling navigator.modelContext's
+    registerTool or provideContext; text, comments and code shown in <pre> are not scripts."""
+    raw_html = raw_html or ""
+    position = 0
+    while (tag := _SCRIPT_TAG.search(raw_html, position)) is not None:
+        if tag.group(0) == "<!--":
+            position = raw_html.find("-->", tag.end()) + 3
+            if position < 3:
+                break
+            continue
         for src in _SCRIPT_SRC.finditer(tag.group(0)):
-            if any(name in src.group(1).lower() for name in _BRIDGE_NAMES):
+            path = urlsplit(src.group(1).strip()).path
+            if any(_BRIDGE_SEGMENT.fullmatch(segment) for segment in path.split("/")):
                 return {"found": True, "kind": "bridge", "marker": tag.group(0)[:src.end()][:200]}
-    inline = _WEBMCP_INLINE.search(raw_html or "")
-    if inline:
-        return {"found": True, "kind": "inline", "marker": inline.group(0)}
+        end = _SCRIPT_END.search(raw_html, tag.end())
+        script = raw_html[tag.end():end.start() if end else len(raw_html)]
+        if _WEBMCP_CALL.search(script) and (api := _WEBMCP_API.search(script)):
+            return {"found": True, "kind": "inline", "marker": api.group(0)}
+        if end is None:
+            break
+        position = end.end()
     return {"found": False}
 
 
