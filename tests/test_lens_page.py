@@ -285,6 +285,13 @@ def test_an_icon_sprite_is_read_whole():
     assert seen.structured["jsonld"][0]["types"] == ["Product"]
 
 
+def test_the_title_is_the_document_s_not_an_icon_s():
+    icon = "<svg><title>Search icon</title><path d='M0 0'/></svg>"
+    for html, title in ((f"<html><body>{icon}<p>Words.</p></body></html>", ""),
+                        (f"<html><head>{icon}<title>Real title</title></head><body>x</body></html>", "Real title")):
+        assert page.analyse(html.encode(), "text/html", {}, "https://x.example/").structured["title"] == title
+
+
 @pytest.mark.parametrize("nested", [
     "<div/>",                          # "/>" closes nothing in HTML
     "<svg><div/>",                     # an HTML tag ends the SVG

@@ -11,7 +11,7 @@ from robotstxt import RobotsMatcher
 from lens_sites import CHALLENGE, PUZZLE_HOME, site_fetcher
 from siteapi.config import load_settings
 from siteapi.feeds.crawlers import CRAWLERS
-from siteapi.lens import bots, scan, terms
+from siteapi.lens import bots, discovery, scan, terms
 
 URL = "https://site.test/docs/page.html"
 
@@ -109,6 +109,16 @@ def test_tdmrep_keeps_strings_only():
     assert odd["location"] is None and odd["policy"] is None and odd["reserved"] is True
     kept = terms.tdmrep_file([{"location": "/", "tdm-policy": "https://site.test/p.json"}], probe)
     assert kept["location"] == "/" and kept["policy"] == "https://site.test/p.json"
+
+
+def test_an_empty_tdmrep_file_reserves_nothing():
+    empty = terms.tdmrep_file([], {"ok": True, "body": "[]"})
+    assert empty["present"] and empty["rules"] == 0 and empty["reserved"] is None
+    board = [{"ua": "GPTBot", "verdict": "allow"}]
+    calm, none, paid = {"challenged": False, "status": 200}, {"noai": False}, {"http402": False, "crawlerHeaders": {}}
+    assert terms.spectrum(board, "present", [], paid, calm, none, empty)["tier"] == "open"
+    reserving = terms.tdmrep_file([{"tdm-reservation": 1}], {"ok": True})
+    assert terms.spectrum(board, "present", [], paid, calm, none, reserving)["tier"] == "signaled"
 
 
 # --- which group gave the verdict: product tokens match whole, groups run past blank lines ---------
@@ -220,3 +230,13 @@ def test_redirect_to_another_origin_reads_the_rules_for_the_asked_url(scanned, s
     assert obs["finalUrl"] == sites.url("moved.test", "/shop/")
     assert gptbot["verdict"] == "block" and gptbot["rule"] == "Disallow: /shop/" and "note" not in gptbot
     assert obs["terms"]["spectrum"]["tier"] == "signaled"
+
+
+def test_feeds_are_rss_atom_and_json_feeds_not_any_json():
+    links = [{"rel": "alternate", "type": "application/rss+xml", "href": "https://wp.test/feed/"},
+             {"rel": "alternate", "type": "application/json", "title": "JSON",
+              "href": "https://wp.test/wp-json/wp/v2/pages/2"},
+             {"rel": "alternate", "type": "application/json", "title": "JSON Feed", "href": "https://wp.test/feed.json"},
+             {"rel": "alternate", "type": "application/feed+json", "href": "https://wp.test/f"}]
+    assert [link["href"] for link in discovery.feeds(links)] == [
+        "https://wp.test/feed/", "https://wp.test/feed.json", "https://wp.test/f"]

@@ -19,7 +19,7 @@ from selectolax.lexbor import LexborHTMLParser
 from ..feeds.crawlers import BY_KEY
 from .discovery import CapReached, Subrequests
 from .fetch import CHROME_UA, FetchFailed, FetchRefused
-from .page import is_binary, mime_of, visible_words
+from .page import document_title, is_binary, mime_of, visible_words
 from .terms import BLOCKING_STATUSES
 
 SAMPLE_BYTES = 2 * 1024  # interstitials name themselves early: title, challenge script, cf-mitigated header
@@ -71,7 +71,7 @@ def sample_text(body: bytes, content_type: str) -> str:
     text = body.decode("utf-8", errors="replace")
     if "html" in mime_of(content_type) or text.lstrip()[:1] == "<":
         tree = LexborHTMLParser(text)
-        title = tree.css_first("title")
+        title = document_title(tree)
         text = (title.text() if title else "") + " " + " ".join(visible_words(tree))
     return " ".join(text.split())[:1200]
 

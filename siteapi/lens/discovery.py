@@ -340,9 +340,15 @@ def sitemap_declared(sub: Subrequests, robots: str | None, origin: str, sitemap:
 
 
 def feeds(rel_links: list[dict]) -> list[dict]:
-    kinds = ("application/rss+xml", "application/atom+xml", "application/feed+json", "application/json")
-    return [link for link in rel_links if "alternate" in link.get("rel", "").split()
-            and (link.get("type") or "").split(";")[0].strip().lower() in kinds]
+    """The alternate links to RSS, Atom and JSON feeds. Plain application/json is a feed only when its
+    title or URL says so (JSON Feed 1.0's type): WordPress links its REST API so from every page."""
+    def is_feed(link: dict) -> bool:
+        kind = (link.get("type") or "").split(";")[0].strip().lower()
+        if kind == "application/json":
+            return "feed" in f"{link.get('title', '')} {link.get('href', '')}".lower()
+        return kind in ("application/rss+xml", "application/atom+xml", "application/feed+json")
+
+    return [link for link in rel_links if "alternate" in link.get("rel", "").split() and is_feed(link)]
 
 
 # --- DNS ----------------------------------------------------------------------------------------

@@ -272,8 +272,19 @@ def _clip(value: str | None) -> str:
     return (value or "").strip()[:VALUE_CHARS]
 
 
+def document_title(tree):
+    """The document's <title>: the first not inside SVG or MathML, where a title names a drawing."""
+    for node in tree.css("title"):
+        ancestor = node.parent
+        while ancestor is not None and ancestor.tag not in ("svg", "math"):
+            ancestor = ancestor.parent
+        if ancestor is None:
+            return node
+    return None
+
+
 def _structured(tree, base: str, link_header: list[dict]) -> dict:
-    title_node = tree.css_first("title")
+    title_node = document_title(tree)
     meta: dict[str, str] = {}
     og: dict[str, str] = {}
     twitter: dict[str, str] = {}

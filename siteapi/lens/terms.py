@@ -262,7 +262,7 @@ def spectrum(board: list[dict], state: str, signals: list[dict], paid_terms: dic
         reasons["signaled"].append("Content-Signal " + ", ".join(denied))
     if found_directives["noai"]:
         reasons["signaled"].append("noai / noimageai directive")
-    if tdm.get("present") and tdm.get("reserved") is not False:
+    if tdm.get("present") and tdm.get("reserved") is True:  # an empty file ([]) reserves nothing
         reasons["signaled"].append("TDMRep reserves text and data mining rights")
     for tier in reversed(TIERS[1:]):
         if reasons[tier]:
