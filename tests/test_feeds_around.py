@@ -289,6 +289,9 @@ def test_roster_defaults_and_validation(tmp_path):
     assert len(ROSTER) == 20 and all(url.startswith("https://") for _, url in ROSTER)
     with pytest.raises(SettingsError, match="needs a name and an http"):  # when the settings load
         make_settings(tmp_path, {"around_roster": [{"name": "X", "url": "ftp://x"}]})
+    with pytest.raises(SettingsError, match="lists https://x.example/ twice"):
+        make_settings(tmp_path, {"around_roster": [{"name": "X", "url": "https://x.example/"},
+                                                   {"name": "X again", "url": "https://x.example/"}]})
 
 
 def test_og_images_are_uris_or_nothing(tmp_path):

@@ -152,6 +152,8 @@ def roster(settings) -> list[dict]:
         if not usable:
             raise SettingsError(f"Setting [feeds] around_roster lists {entry!r}; each entry needs a name and an "
                                 'http(s) url, such as { name = "USV", url = "https://www.usv.com/" }.')
+        if any(firm["url"] == url for firm in firms):  # one row per URL and crawl: a repeat fails every run
+            raise SettingsError(f"Setting [feeds] around_roster lists {url} twice; keep one entry per URL.")
         firms.append({"name": entry["name"], "url": url})
     return firms
 
