@@ -17,12 +17,10 @@ Each tree runs twice, in turn.
 """
 from __future__ import annotations
 
-import json
-import subprocess
+import functools
 import sys
-from pathlib import Path
 
-from revisions import side_by_side
+from revisions import run_probe, side_by_side
 
 PROBE = r"""
 import collections, concurrent.futures as cf, dataclasses, json, os, statistics, sys, tempfile, threading, time
@@ -72,14 +70,9 @@ print(json.dumps(out))
 """
 
 
-def run(tree: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE, str(tree)], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     revision = sys.argv[1] if len(sys.argv) > 1 else "HEAD~5"
-    figures = side_by_side(revision, run, rounds=2)
+    figures = side_by_side(revision, functools.partial(run_probe, PROBE), rounds=2)
     for burst, title in (("overrun", "8 questions made to overrun, at once"),
                          ("budget", "20 long questions at once (one caller's model budget for the minute)")):
         print(f"## /ask: {title} (bench_ask_burst.py {revision})\n")

@@ -11,12 +11,10 @@ the reader keeps its answer until the job's next run.
 """
 from __future__ import annotations
 
-import json
-import subprocess
+import functools
 import sys
-from pathlib import Path
 
-from revisions import side_by_side
+from revisions import run_probe, side_by_side
 
 PROBE = r"""
 import dataclasses, json, sys, tempfile, time
@@ -46,14 +44,9 @@ print(json.dumps(out))
 """
 
 
-def run(tree: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE, str(tree)], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     revision = sys.argv[1] if len(sys.argv) > 1 else "HEAD~5"
-    figures = side_by_side(revision, run, rounds=2)
+    figures = side_by_side(revision, functools.partial(run_probe, PROBE), rounds=2)
     print(f"## /ledger.json with many paths stored (bench_ledger.py {revision})\n")
     print(f"| rows in the window | first call: this tree / {revision} (ms) | later calls: this tree / {revision} (ms) |"
           "\n|---|---|---|")
