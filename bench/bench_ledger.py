@@ -5,9 +5,9 @@ revision side by side.
 
 For 10,000, 100,000 and 1,000,000 rows of (today, gptbot, a distinct path) in a fresh site.db, five
 calls of the production reader (`feeds.ledger.ledger`) in a fresh interpreter of each tree: the
-first (after a job run) and the best of the other four. The rows stand for what a spoofed crawler could once store: each spelling of a page's path
-(/%61bout, //about) had a row of its own; the job now counts the path as the site routed it, and
-the reader keeps its answer until the job's next run.
+first (after a job run) and the best of the other four. The rows stand for what a spoofed crawler
+could once store: each spelling of a page's path (/%61bout, //about) had a row of its own; the job
+now counts the path as the site routed it, and the reader keeps its answer until the job's next run.
 """
 from __future__ import annotations
 

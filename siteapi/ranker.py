@@ -3,8 +3,8 @@
 The model and its tokenizer live in `models/` and are loaded lazily, once per process, behind a
 lock; onnxruntime runs on one intra-op thread, and at most MODEL_RUNS questions are embedded at
 once, so questions never take more than their cores from the other request threads; each caller
-has one question embedded at a time, and a freed run goes to the question that waited longest. Page vectors
-(the centroid of the vectors of "title. description" and of the start of the body in
+has one question embedded at a time, and a freed run goes to the question that waited longest.
+Page vectors (the centroid of the vectors of "title. description" and of the start of the body in
 sentence-aligned passages) are computed by the content job and cached in `page_vectors` by content
 hash and representation, so a restart or an unchanged page costs nothing and a changed
 representation re-embeds every page; the app keeps the matrix in memory until the table changes.
@@ -303,7 +303,8 @@ def page_matrix(conn: sqlite3.Connection) -> PageMatrix:
     return matrix
 
 
-def embed_question(model: Model, question: str, prev: list[str], config: RankerSettings, caller: str = "") -> np.ndarray:
+def embed_question(model: Model, question: str, prev: list[str], config: RankerSettings,
+                   caller: str = "") -> np.ndarray:
     """The question's vector, blended with the earlier questions at `prev_weight` (their mean),
     within the deadline; raises EmbeddingTimeout when it cannot be had in time. Texts are read in
     NFKC form: the vocabulary knows full-width and styled letters only as [UNK].

@@ -217,18 +217,10 @@ class Handler(BaseHTTPRequestHandler):
         self.not_found()
 
     def site_binrobots(self, path):
-        if path == "/robots.txt":
-            return self.send(200, bytes(range(256)) * 64, "text/plain")
-        if path == "/":
-            return self.send(200, BLOG_HOME)
-        self.not_found()
+        self.robots_site(path, bytes(range(256)) * 64, "text/plain")
 
     def site_badcoding(self, path):
-        if path == "/robots.txt":
-            return self.send(200, "User-agent: *\nDisallow: /\n", "text/plain", {"Content-Encoding": "gzip"})
-        if path == "/":
-            return self.send(200, BLOG_HOME)
-        self.not_found()
+        self.robots_site(path, "User-agent: *\nDisallow: /\n", "text/plain", {"Content-Encoding": "gzip"})
 
     def site_bomb(self, path):
         if path == "/sitemap.xml":
@@ -256,9 +248,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, deep, "application/json")
         self.not_found()
 
-    def robots_site(self, path, robots: bytes | str, content_type: str):
+    def robots_site(self, path, robots: bytes | str, content_type: str, headers: dict | None = None):
         if path == "/robots.txt":
-            return self.send(200, robots, content_type)
+            return self.send(200, robots, content_type, headers)
         if path == "/":
             return self.send(200, BLOG_HOME)
         self.not_found()

@@ -21,8 +21,8 @@ ENDPOINT_CAP = 2048  # /mcp and /ask: the first bytes say what answered
 # WebMCP in a page's own script: the API object and one of its two calls that give an agent tools.
 _WEBMCP_API = re.compile(r"(?:\bnavigator\.)?\bmodelContext\b")
 _WEBMCP_CALL = re.compile(r"\b(?:registerTool|provideContext)\s*\(")
-# A script start tag (or a comment's start), then its src attributes. `[^<>]` keeps each try inside one tag, so the search
-# stays linear; `[^>]+` ran on past every `<script` that never closed, to the end of the page.
+# A script start tag (or a comment's start), then its src attributes. `[^<>]` keeps each try inside
+# one tag, so the search stays linear; `[^>]+` ran on past every `<script` that never closed.
 _SCRIPT_TAG = re.compile(r"<!--|<script[^<>]*", re.I)  # comments are passed over whole
 _SCRIPT_END = re.compile(r"</script", re.I)
 _SCRIPT_SRC = re.compile(r"""src=["']([^"']*)["']""", re.I)
