@@ -154,12 +154,44 @@ def test_meta_declared_utf16_is_read_as_utf8(declaration):
 
 def test_only_a_bom_or_the_header_selects_utf16():
     html = '<meta charset="utf-16"><title>Hello</title>'
-    assert page.decode_text(html.encode("utf-16-le"), "text/html; charset=utf-16le", True) == (html, "utf-16le")
+    assert page.decode_text(html.encode("utf-16-le"), "text/html; charset=utf-16le", True) == (html, "utf-16-le")
     assert page.decode_text(html.encode("utf-16"), "text/html", True) == (html, "utf-16")
     assert page.decode_text(html.encode(), "text/html; charset=rot13", True) == (html, "utf-8")
     user_defined = b'<meta charset="x-user-defined"><title>caf\xe9</title>'
     assert page.decode_text(user_defined, "text/html", True) == ('<meta charset="x-user-defined"><title>café</title>',
                                                                 "windows-1252")
+
+
+CAFE = "Café “quoted” — dash €"
+
+
+@pytest.mark.parametrize("body, content_type", [
+    (CAFE.encode("cp1252"), "text/html; charset=iso-8859-1"),  # the web reads latin-1 and ASCII as windows-1252
+    (CAFE.encode("cp1252"), "text/html; charset=us-ascii"),
+    (CAFE.encode("cp1252"), "text/html"),                       # unlabelled, not UTF-8: windows-1252
+    (CAFE.encode("cp1252"), "text/html; charset=unicode_escape"),  # not a web label: ignored
+    (CAFE.encode("utf-16-le"), "text/html; charset=utf-16le"),    # no BOM, NUL bytes, yet text
+    (CAFE.encode("utf-16-le"), "text/html; charset=utf-16"),
+    (b'<?xml version="1.0" encoding="windows-1252"?>' + CAFE.encode("cp1252"), "application/xhtml+xml"),
+    (b"<meta charset=iso-8859-1>" + CAFE.encode("cp1252"), "text/html"),
+])
+def test_charsets_are_read_as_the_encoding_standard_reads_them(body, content_type):
+    analysed = page.analyse(body, content_type, {}, "https://x.example/")
+    assert analysed.binary is False and CAFE in analysed.anatomy["text"]
+
+
+def test_gb2312_is_read_as_gbk():
+    text = "中文 镕"  # 镕 is in GBK, not in GB2312
+    body = f'<meta charset="gb2312"><p>{text}</p>'.encode("gbk")
+    assert page.analyse(body, "text/html", {}, "https://x.example/").anatomy["text"] == text
+
+
+def test_unlabelled_utf8_with_a_broken_byte_stays_utf8():
+    assert page.decode_text("café \xff".encode() + b"\xff", "text/html", True) == ("café ÿ\ufffd", "utf-8")
+
+
+def test_a_label_of_an_unsafe_encoding_decodes_to_one_replacement_character():
+    assert page.decode_text(b"\x1b$)Cabc", "text/html; charset=iso-2022-kr", True) == ("\ufffd", "replacement")
 
 
 @pytest.mark.parametrize("number", ["1e400", "-1e400", "1" + "0" * 400 + ".5"])

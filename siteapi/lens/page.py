@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import html_to_markdown
+import webencodings
 from selectolax.lexbor import LexborHTMLParser
 
 from .fetch import join_url
@@ -62,6 +63,13 @@ _BREAKOUT = frozenset("b big blockquote body br center code dd div dl dt em embe
                       "li listing menu meta nobr ol p pre ruby s small span strong strike sub sup table tt u ul "
                       "var font".split())
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+_XML_ENCODING = re.compile(rb"""<\?xml[^>]*?\sencoding\s*=\s*["']\s*([A-Za-z0-9_.:-]+)""")
+_HEADER_CHARSET = re.compile(r'charset\s*=\s*"?([A-Za-z0-9_.:-]+)', re.I)
+# Where the Encoding Standard's decoder is not the Python codec webencodings names: GBK is decoded
+# as gb18030 (its superset); x-user-defined as HTML's prescan reads it.
+_WEB_DECODERS = {"gbk": "gb18030", "x-user-defined": "windows-1252"}
+_UTF16 = ("utf-16-le", "utf-16-be")
+_BEYOND_ASCII = re.compile("[^\x00-\x7f\ufffd]")
 _TEXT_MIMES = ("application/xhtml+xml", "application/xml", "application/json", "application/javascript",
                "application/ecmascript", "application/x-javascript", "application/rss+xml", "application/atom+xml")
 _MAGIC = (b"\x89PNG", b"GIF8", b"\xff\xd8\xff", b"%PDF", b"PK\x03\x04", b"\x1f\x8b", b"RIFF", b"\x00asm",
@@ -97,7 +105,7 @@ def is_binary(body: bytes, content_type: str) -> bool:
     if not texty:
         return True
     head = body[:1024]
-    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or header_codec(content_type) in _UTF16:
         return False
     return b"\x00" in head or head.startswith(_MAGIC)
 
@@ -112,37 +120,50 @@ def is_html(body: bytes, content_type: str) -> bool:
     return head.startswith((b"<!doctype html", b"<html"))
 
 
+def web_codec(label: str) -> str | None:
+    """The Python codec that decodes a WHATWG Encoding Standard label as browsers do, or None for a
+    label the web does not know (browsers ignore it). iso-8859-1 and us-ascii are windows-1252 there,
+    and Python's own names (unicode_escape, utf-7 ...) are not labels at all."""
+    encoding = webencodings.lookup(label)
+    if encoding is None:
+        return None
+    return _WEB_DECODERS.get(encoding.name, encoding.codec_info.name)
+
+
+def header_codec(content_type: str) -> str | None:
+    """The codec of the Content-Type's first charset the web knows, or None."""
+    return next(filter(None, map(web_codec, _HEADER_CHARSET.findall(content_type))), None)
+
+
 def decode_text(body: bytes, content_type: str, sniff_meta: bool) -> tuple[str, str]:
-    """(text, encoding used): BOM, then the charset parameter, then <meta charset>, else UTF-8."""
+    """(text, Python codec used), as the Encoding Standard and HTML's sniffing choose: a BOM, then the
+    header's charset, then (`sniff_meta`) an XML declaration or <meta charset> in the first 2 KB.
+    Unlabelled text is UTF-8, unless it is not UTF-8 and holds no UTF-8 sequence beyond ASCII: then
+    it is windows-1252, the default browsers use for such pages in English locales."""
     for bom, name in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
         if body.startswith(bom):
             return body.decode(name, errors="replace"), name
-    candidates = re.findall(r'charset\s*=\s*"?([A-Za-z0-9_.:-]+)', content_type, re.I)
-    if sniff_meta:
-        match = _META_CHARSET.search(body[:2048])
+    codec = header_codec(content_type)
+    if codec is None and sniff_meta:
+        head = body[:2048]
+        match = _XML_ENCODING.match(head) or _META_CHARSET.search(head)
         if match:
-            candidates.append(_meta_encoding(match.group(1).decode("ascii", "replace")))
-    for name in candidates:
-        try:
-            return body.decode(name, errors="replace"), name
-        except (LookupError, UnicodeError, TypeError):
-            continue  # an unknown or non-text codec name: fall through to the next guess
-    return body.decode("utf-8", errors="replace"), "utf-8"
+            codec = _in_page_codec(match.group(1).decode("ascii", "replace"))
+    if codec == "replacement":  # labels of encodings unsafe to decode (ISO-2022-KR, HZ ...)
+        return "\ufffd", codec
+    if codec is not None:
+        return body.decode(codec, errors="replace"), codec
+    text = body.decode("utf-8", errors="replace")
+    if "\ufffd" in text and not _BEYOND_ASCII.search(text):
+        return body.decode("windows-1252", errors="replace"), "windows-1252"
+    return text, "utf-8"
 
 
-def _meta_encoding(label: str) -> str:
-    """The encoding a <meta> charset stands for, as WHATWG HTML's prescan maps it.
-
-    A <meta> that was read as ASCII rules out UTF-16 (and UTF-32, which HTML never uses), so the
-    page is UTF-8; only a BOM or the Content-Type header may select UTF-16.
-    """
-    if label.lower() == "x-user-defined":
-        return "windows-1252"
-    try:
-        name = codecs.lookup(label).name
-    except LookupError:
-        return label  # decode_text skips it
-    return "utf-8" if name.startswith(("utf-16", "utf-32")) else label
+def _in_page_codec(label: str) -> str | None:
+    """The codec a label inside the page stands for, as HTML's prescan maps it. A declaration that
+    was read as ASCII rules out UTF-16, so the page is UTF-8; only a BOM or the header selects UTF-16."""
+    codec = web_codec(label)
+    return "utf-8" if codec in _UTF16 else codec
 
 
 def nesting_cut(text: str, limit: int = NESTING_LIMIT) -> int | None:
