@@ -65,8 +65,10 @@ class Decision:
                 f"seconds per caller; retry in {self.retry_after} seconds.")
 
     def headers(self) -> list[tuple[str, str]]:
+        # a refusal's t is its Retry-After: up to 60 seconds (API.md §8), whatever the window
+        seconds = self.reset if self.allowed else self.retry_after
         out = [("RateLimit-Policy", f'"{self.policy.name}";q={self.policy.quota};w={self.policy.window}'),
-               ("RateLimit", f'"{self.policy.name}";r={self.remaining};t={self.reset}')]
+               ("RateLimit", f'"{self.policy.name}";r={self.remaining};t={seconds}')]
         if not self.allowed:
             out.append(("Retry-After", str(self.retry_after)))
         return out
@@ -161,6 +163,10 @@ class WorkSlots:
         self.total, self.per_caller = total, per_caller
         self._lock = threading.Lock()
         self._held: Counter[str] = Counter()
+
+    def refusal(self) -> Decision:
+        """The caller's share as a refusing limit for the RateLimit headers: q requests running at once."""
+        return Decision(False, RatePolicy("lens_running", self.per_caller, self.retry_after), 0, self.retry_after)
 
     @contextlib.contextmanager
     def slot(self, caller: str) -> Iterator[None]:

@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, quote
 import bottle
 
 from siteapi import db
-from siteapi.ratelimit import RateLimiter, SlotsFull, WorkSlots, address_key
+from siteapi.ratelimit import Decision, RateLimiter, SlotsFull, WorkSlots, address_key
 
 log = logging.getLogger("siteapi")
 
@@ -54,13 +54,16 @@ LENGTH_UNKNOWN = "siteapi.length_unknown"  # a HEAD whose GET would send a body 
 
 
 class ApiError(Exception):
-    """An error answered as JSON: `error` sentence, HTTP status, optional `code` and extra fields."""
+    """An error answered as JSON: `error` sentence, HTTP status, optional `code` and extra fields.
+    `limit`: the refusing limit of a 429 other than the route's own policy (its RateLimit headers)."""
 
-    def __init__(self, status: int, error: str, code: str | None = None, headers: dict | None = None, **extra):
+    def __init__(self, status: int, error: str, code: str | None = None, headers: dict | None = None,
+                 limit: Decision | None = None, **extra):
         super().__init__(error)
         self.status = status
         self.body = {"error": error, **({"code": code} if code else {}), "status": status, **extra}
         self.headers = headers or {}
+        self.limit = limit
 
 
 @dataclass
@@ -394,9 +397,14 @@ class Site:
                     with slots.slot(caller()):
                         result = handler(**url_args)
                 except SlotsFull as full:
-                    raise ApiError(429 if full.mine else 503, str(full), code="busy",
+                    if full.mine:
+                        raise ApiError(429, str(full), code="busy", retry_after=slots.retry_after,
+                                       limit=slots.refusal()) from None
+                    raise ApiError(503, str(full), code="busy", retry_after=slots.retry_after,
                                    headers={"Retry-After": str(slots.retry_after)}) from None
         except ApiError as exc:
+            if exc.limit is not None:
+                self._over_limit(exc.limit)
             return self._error(exc, error_fields, error_body)
         except sqlite3.Error as exc:  # site.db missing, emptied, damaged or unreadable until the jobs rebuild it
             log.error("site.db could not be read on %s %s: %s", method, request.path, exc)
@@ -410,6 +418,17 @@ class Site:
                                         f"(incident {incident}); try again later.", code="internal_error"),
                                error_fields, error_body)
         return self._reply(result, cache)
+
+    @staticmethod
+    def _over_limit(limit: Decision) -> None:
+        """RateLimit names the refusing limit (nothing remaining) and RateLimit-Policy lists it after
+        the route's own policy, whose unit the request has spent (API.md §8)."""
+        convention = bottle.request.environ[CONVENTION_HEADERS]
+        refusing = dict(limit.headers())
+        policies = [value for name, value in convention if name == "RateLimit-Policy"]
+        convention[:] = [(name, value) for name, value in convention if name not in refusing]
+        convention += [("RateLimit-Policy", ", ".join(policies + [refusing["RateLimit-Policy"]])),
+                       ("RateLimit", refusing["RateLimit"]), ("Retry-After", refusing["Retry-After"])]
 
     def _reply(self, result, cache):
         response = bottle.response

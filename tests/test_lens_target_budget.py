@@ -6,6 +6,7 @@ tools; past it a 429 `target_rate_limited` with Retry-After comes before any req
 its own app, so its own budget; the window is an hour, so no test depends on how long it takes."""
 import dataclasses
 import json
+import re
 import shutil
 from contextlib import contextmanager
 
@@ -56,7 +57,11 @@ def assert_refused(response: requests.Response, host: str) -> None:
     assert response.status_code == 429, response.text[:500]
     assert body["code"] == "target_rate_limited" and body["ok"] is False
     assert REFUSAL.format(host=host) in body["error"]
-    assert 1 <= int(response.headers["Retry-After"]) <= 60 and body["retry_after"] == int(response.headers["Retry-After"])
+    retry = int(response.headers["Retry-After"])
+    assert 1 <= retry <= 60 and body["retry_after"] == retry
+    # RateLimit names the refusing limit with nothing left; RateLimit-Policy lists it after the caller's own
+    assert response.headers["RateLimit"] == f'"lens_target";r=0;t={retry}'
+    assert re.fullmatch(r'"(inspect|compare)";q=\d+;w=60, "lens_target";q=\d+;w=\d+', response.headers["RateLimit-Policy"])
 
 
 def tool_call(api, name: str, arguments: dict, caller: str) -> dict:

@@ -70,10 +70,13 @@ def test_lens_work_is_capped_per_caller_and_in_total(gated):
         mine = page_phase(api, web, "203.0.113.1")  # the caller's one slot is taken
         assert mine.status_code == 429 and mine.json()["code"] == "busy" and mine.json()["ok"] is False
         assert mine.headers["Retry-After"] == "5" and "you already have 1 lens requests running" in mine.json()["error"]
+        assert mine.json()["retry_after"] == 5 and mine.headers["RateLimit"] == '"lens_running";r=0;t=5'
+        assert mine.headers["RateLimit-Policy"] == '"inspect";q=100000;w=60, "lens_running";q=1;w=5'
         second = pool.submit(page_phase, api, web, "203.0.113.2")
         assert web.arrived.acquire(timeout=10)
         full = page_phase(api, web, "203.0.113.3")  # both slots are taken
         assert full.status_code == 503 and full.json()["code"] == "busy" and full.headers["Retry-After"] == "5"
+        assert full.json()["retry_after"] == 5 and full.headers["RateLimit-Policy"] == '"inspect";q=100000;w=60'
         assert api.get("/search.json", params={"q": "lens"}).status_code == 200  # the rest of the site answers
         tool = api.request("POST", "/mcp", headers={"X-Forwarded-For": "203.0.113.3", "Content-Type": "application/json",
                                                     "Accept": "application/json, text/event-stream",

@@ -53,6 +53,7 @@ class TargetSpent(FetchFailed):
     """The site's budget is spent: before the first request a 429, on a later hop that hop fails."""
 
     def __init__(self, site: str, decision: Decision):
+        self.decision = decision
         self.retry_after = decision.retry_after
         super().__init__(f"The lens has made the {decision.policy.quota} fresh scans of {_described(site)} it makes in "
                          f"{decision.policy.window} seconds for all its callers together, so that it cannot be "
@@ -79,7 +80,7 @@ class Visits:
 
 def refusal(spent: TargetSpent) -> ApiError:
     return ApiError(429, str(spent), code="target_rate_limited", ok=False, retry_after=spent.retry_after,
-                    headers={"Retry-After": str(spent.retry_after)})
+                    limit=spent.decision)
 
 
 def spending(fetcher: Fetcher, budget: TargetBudget | None, target: Target) -> Fetcher:
