@@ -10,6 +10,7 @@ deep, its home page a 402), notes.test (a robots.txt of comments and Host: only)
 octetrobots.test (rules served as text/html and application/octet-stream), bom.test (robots.txt,
 llms.txt and the API catalog behind a UTF-8 BOM), tdmtypes.test (TDMRep fields of the wrong JSON types), mdalways.test (Markdown
 to every request, no Vary), novary.test (negotiates Markdown with only Vary: Accept-Encoding),
+halfvary.test (Vary: Accept on its Markdown answer only),
 sitemaps.test (robots.txt declares a sitemap other than a valid /sitemap.xml), puzzle.test (an
 ordinary page that loads /static/challenge.js), applebot.test (Applebot named in a group with `*`),
 moved.test (robots.txt blocks /shop/; / redirects to landing.test/shop/, /stay to its own /shop/),
@@ -42,9 +43,9 @@ from servers import start_thread, stop_thread, write_response
 
 SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
          "hang.test", "bigrobots.test", "binrobots.test", "badcoding.test", "bomb.test", "malformed.test", "deep.test",
-         "notes.test",
-         "htmlrobots.test", "octetrobots.test", "bom.test", "tdmtypes.test", "mdalways.test", "novary.test",
-         "sitemaps.test", "puzzle.test", "applebot.test", "moved.test", "landing.test", "fatdocs.test", "fatrobots.test")
+         "notes.test", "htmlrobots.test", "octetrobots.test", "bom.test", "tdmtypes.test", "mdalways.test",
+         "novary.test", "halfvary.test", "sitemaps.test", "puzzle.test", "applebot.test", "moved.test", "landing.test",
+         "fatdocs.test", "fatrobots.test")
 WORDS = " ".join(["Plain words for machine readers about sourdough, photographs and the open web."] * 8)
 
 READY_HOME = f"""<!doctype html><html><head><meta charset="utf-8"><title>Ready site</title>
@@ -288,6 +289,13 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, f"# No Vary\n\n{WORDS}\n", "text/markdown; charset=utf-8", {"Vary": "Accept-Encoding"})
         if path == "/":
             return self.send(200, BLOG_HOME, headers={"Vary": "Accept-Encoding"})
+        self.not_found()
+
+    def site_halfvary(self, path):
+        if path == "/" and "text/markdown" in self.headers.get("Accept", ""):
+            return self.send(200, f"# Half Vary\n\n{WORDS}\n", "text/markdown; charset=utf-8", {"Vary": "Accept"})
+        if path == "/":
+            return self.send(200, BLOG_HOME)
         self.not_found()
 
     def site_sitemaps(self, path):

@@ -210,7 +210,8 @@ def test_tdmrep_fields_of_other_types_are_null(lens_api, sites):
 
 @pytest.mark.parametrize("site, supported, words", [
     ("mdalways.test", False, "always Markdown"),
-    ("novary.test", True, "without Vary: Accept"),
+    ("novary.test", True, "without Vary: Accept on the Markdown and the HTML answer"),
+    ("halfvary.test", True, "without Vary: Accept on the HTML answer"),
 ])
 def test_markdown_without_negotiation_or_vary_does_not_pass(lens_api, sites, site, supported, words):
     obs = full_scan(lens_api, sites.url(site))

@@ -155,21 +155,24 @@ def md_answer(sub: Subrequests, url: str) -> dict:
     return {"status": result.status, "contentType": result.content_type, "vary": result.headers.get("vary", "")}
 
 
-def md_negotiation(answer: dict, html_content_type: str) -> dict:
-    """mdNegotiation from the Markdown answer and the content type the HTML-asking page fetch got.
-    `supported` means it negotiates; a note on a supported answer names a defect (no Vary: Accept)."""
+def md_negotiation(answer: dict, page_headers: dict) -> dict:
+    """mdNegotiation from the Markdown answer and the headers the HTML-asking page fetch got.
+    `supported` means it negotiates; a note on a supported answer names a defect: either answer
+    without Vary: Accept, which lets a cache hand one of them to the other kind of client."""
     if answer.get("error"):
         return {"supported": False, "error": answer["error"]}
     status, content_type = answer["status"], answer["contentType"]
     mime = mime_of(content_type)
     markdown = mime == "text/markdown" and 200 <= status < 300
-    always = markdown and mime_of(html_content_type) == "text/markdown"
+    always = markdown and mime_of(page_headers.get("content-type", "")) == "text/markdown"
     out = {"supported": markdown and not always, "contentType": content_type, "status": status}
-    varies = {field.strip().lower() for field in answer["vary"].split(",")}
+    lacking = [name for name, vary in (("Markdown", answer["vary"]), ("HTML", page_headers.get("vary", "")))
+               if not {field.strip().lower() for field in vary.split(",")} & {"accept", "*"}]
     if always:
         out["note"] = "answers Markdown to a request for HTML too: the page is always Markdown, not negotiated"
-    elif markdown and not varies & {"accept", "*"}:
-        out["note"] = "answers Markdown but without Vary: Accept, so caches may serve it to browsers"
+    elif markdown and lacking:
+        out["note"] = (f"answers Markdown but without Vary: Accept on the {' and the '.join(lacking)} answer, "
+                       "so caches may serve one in place of the other")
     elif not markdown:
         out["note"] = f"asked for text/markdown, got {mime or 'no content type'} ({status})"
     return out

@@ -104,7 +104,7 @@ def scan(url: str | None, settings, fetcher: Fetcher | None = None, bot_views: b
             raise ApiError(502, "The site took too long to answer.", code="upstream_failed", ok=False) from None
         payload = cached or _collect_discovery(pool, sub, origin, found, dns_futures)
         wait([md_future, *view_futures], timeout=max(0, sub.remaining()))
-        md = agent.md_negotiation(_result(md_future, {"error": TIMED_OUT}), page.content_type)
+        md = agent.md_negotiation(_result(md_future, {"error": TIMED_OUT}), page.headers)
         views = [_result(f, ({"key": s[0], "label": s[1], "role": s[2], "userAgent": s[4], "status": None,
                               "blocked": False, "challenge": False, "error": TIMED_OUT}, ""))
                  for f, s in zip(view_futures, bots.VIEWS)]
