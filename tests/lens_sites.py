@@ -11,7 +11,8 @@ octetrobots.test (rules served as text/html and application/octet-stream), bom.t
 llms.txt and the API catalog behind a UTF-8 BOM), tdmtypes.test (TDMRep fields of the wrong JSON types), mdalways.test (Markdown
 to every request, no Vary), novary.test (negotiates Markdown with only Vary: Accept-Encoding),
 halfvary.test (Vary: Accept on its Markdown answer only),
-sitemaps.test (robots.txt declares a sitemap other than a valid /sitemap.xml), puzzle.test (an
+sitemaps.test (robots.txt declares a sitemap other than a valid /sitemap.xml), smupper.test (it
+declares its /sitemap.xml in capitals), puzzle.test (an
 ordinary page that loads /static/challenge.js), applebot.test (Applebot named in a group with `*`),
 moved.test (robots.txt blocks /shop/; / redirects to landing.test/shop/, /stay to its own /shop/),
 landing.test (allows everything), fatdocs.test (well-known JSON documents near their size caps, in
@@ -44,8 +45,8 @@ from servers import start_thread, stop_thread, write_response
 SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
          "hang.test", "bigrobots.test", "binrobots.test", "badcoding.test", "bomb.test", "malformed.test", "deep.test",
          "notes.test", "htmlrobots.test", "octetrobots.test", "bom.test", "tdmtypes.test", "mdalways.test",
-         "novary.test", "halfvary.test", "sitemaps.test", "puzzle.test", "applebot.test", "moved.test", "landing.test",
-         "fatdocs.test", "fatrobots.test")
+         "novary.test", "halfvary.test", "sitemaps.test", "smupper.test", "puzzle.test", "applebot.test",
+         "moved.test", "landing.test", "fatdocs.test", "fatrobots.test")
 WORDS = " ".join(["Plain words for machine readers about sourdough, photographs and the open web."] * 8)
 
 READY_HOME = f"""<!doctype html><html><head><meta charset="utf-8"><title>Ready site</title>
@@ -302,6 +303,12 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/sitemap.xml":
             return self.send(200, SITEMAP, "application/xml")
         self.robots_site(path, "User-agent: *\nAllow: /\nSitemap: /sitemap-news.xml\n", "text/plain")
+
+    def site_smupper(self, path):
+        if path == "/sitemap.xml":
+            return self.send(200, SITEMAP, "application/xml")
+        port = self.server.server_address[1]
+        self.robots_site(path, f"User-agent: *\nAllow: /\nSitemap: HTTP://SMUPPER.TEST:{port}/sitemap.xml\n", "text/plain")
 
     def site_puzzle(self, path):
         if path == "/":

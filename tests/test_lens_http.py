@@ -240,6 +240,11 @@ def test_a_declared_sitemap_that_is_sitemap_xml_is_that_probe(lens_api, sites):
     assert d["sitemapDeclared"]["status"] == 200 and d["sitemapDeclared"]["entries"] == 2
 
 
+def test_a_declared_sitemap_xml_spelt_in_capitals_is_that_probe(lens_api, sites):
+    d = full_scan(lens_api, sites.url("smupper.test"))["discovery"]
+    assert d["sitemapXml"]["ok"] and d["sitemapDeclared"] == d["sitemapXml"]
+
+
 def test_crawler_roles_agree_with_reference_and_the_bot_views(lens_api, sites):
     obs = full_scan(lens_api, sites.url("ready.test"), bot_views=True)
     roles = {row["ua"]: row["role"] for row in obs["terms"]["scoreboard"]}
@@ -253,8 +258,8 @@ def test_crawler_roles_agree_with_reference_and_the_bot_views(lens_api, sites):
 def test_a_declared_sitemap_not_fetched_says_so(lens_api, sites):
     d = full_scan(lens_api, sites.url("sitemaps.test"))["discovery"]
     assert d["sitemapXml"]["ok"]
-    assert d["sitemapDeclared"] == {"ok": False, "url": sites.url("sitemaps.test", "/sitemap-news.xml"),
-                                    "error": "not fetched: /sitemap.xml is already a valid sitemap"}
+    assert d["sitemapDeclared"] == {"ok": None, "url": sites.url("sitemaps.test", "/sitemap-news.xml"), "skipped": True,
+                                    "note": "not fetched: /sitemap.xml is already a valid sitemap"}
 
 
 def test_redirects_stop_after_five_hops(shop_api):

@@ -323,19 +323,21 @@ def declared_sitemaps(robots: str | None, origin: str) -> list[str]:
 
 
 def sitemap_declared(sub: Subrequests, robots: str | None, origin: str, sitemap: dict | None) -> dict | None:
-    """The sitemap robots.txt declares: the /sitemap.xml probe when it names that, else probed
-    only when /sitemap.xml (`sitemap`, its probe) is not a valid sitemap itself."""
+    """The sitemap robots.txt declares: the /sitemap.xml probe when it names that (however spelt),
+    else probed only when /sitemap.xml (`sitemap`, its probe) is not a valid sitemap itself; when
+    not probed, `ok` is null and `skipped` true, since nothing is known of it."""
     declared = declared_sitemaps(robots, origin)
     if not declared:
         return None
-    if sitemap and declared[0] == origin + "/sitemap.xml":
-        return dict(sitemap)
-    if sitemap and sitemap["ok"]:
-        return {"ok": False, "url": declared[0][:300], "error": "not fetched: /sitemap.xml is already a valid sitemap"}
     try:
-        parse_target(declared[0], sub.fetcher.policy)
+        target = parse_target(declared[0], sub.fetcher.policy)
     except FetchRefused as refused:
         return {"ok": False, "url": declared[0][:300], "error": str(refused)}
+    if sitemap and target.url == parse_target(origin + "/sitemap.xml", sub.fetcher.policy).url:
+        return dict(sitemap)
+    if sitemap and sitemap["ok"]:
+        return {"ok": None, "url": declared[0][:300], "skipped": True,
+                "note": "not fetched: /sitemap.xml is already a valid sitemap"}
     return run_probe(sub, "sitemapDeclared", declared[0], PROBE_CAP).probe
 
 
