@@ -478,10 +478,17 @@ class Scanner(BaseHTTPRequestHandler):
             self.reply(body, "application/json", {"Mcp-Session-Id": "s1"})
         elif message["method"] == "tools/call" and self.headers.get("Mcp-Session-Id") == "s1":
             assert message["params"] == {"name": "scan_site", "arguments": {"url": message["params"]["arguments"]["url"], "profile": "all"}}
-            if "deep" in message["params"]["arguments"]["url"]:  # an answer nested too deeply to read
+            scanned = message["params"]["arguments"]["url"]
+            if "deep" in scanned:  # an answer nested too deeply to read
                 return self.reply("[" * 20_000 + "]" * 20_000, "application/json")
+            if "slow" in scanned:  # an answer after the lens has stopped waiting
+                time.sleep(2)
             text = "## Results\nLevel 3/5 — Agent-Readable\n18 checks"
-            body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"content": [{"type": "text", "text": text}]}})
+            result = {"content": [{"type": "text", "text": text}]}
+            if "typed" in scanned:  # structured fields of the wrong JSON types, beside the text
+                result["structuredContent"] = {"level": True, "levelName": 42} if "bool" in scanned else {
+                    "level": 2, "levelName": 42}
+            body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result})
             self.reply(f"event: message\ndata: {body}\n\n", "text/event-stream")
         else:
             self.reply(json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": {"code": -32600, "message": "no"}}),

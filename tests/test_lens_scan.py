@@ -6,6 +6,7 @@ import dataclasses
 import json
 import time
 
+import jsonschema
 import pytest
 
 from lens_sites import DnsServer, site_fetcher, start_scanner
@@ -284,6 +285,31 @@ def test_cloudflare_mode_scanner_redirect_is_not_followed(scanner, settings, sit
     result = cloudflare.level("example.com", conf, None, fetcher=site_fetcher(sites))
     assert result["available"] is False and result["error"] == "the scanner answered 307 (a redirect, not followed)"
     assert scanner.calls == []
+
+
+@pytest.mark.parametrize("host, level, name", [
+    ("example.com/typed", 2, None),                # levelName 42 is no name
+    ("example.com/typed-bool", 3, "Agent-Readable"),  # level true is no level: the text's is read
+])
+def test_cloudflare_mode_reads_only_fields_of_the_right_types(scanner, settings, sites, host, level, name):
+    conf = with_lens(settings, cloudflare_scanner_url=f"http://127.0.0.1:{scanner.server_address[1]}/mcp")
+    result = cloudflare.level(host, conf, None, fetcher=site_fetcher(sites))
+    assert (result["level"], result["score"], result["levelName"]) == (level, level * 20, name)
+
+
+@pytest.mark.parametrize("body", [{"ok": True, "level": "banana"}, {"ok": True, "available": True, "level": True,
+                                   "score": 20, "source": "x", "sourceUrl": "https://x.example/", "fromCache": False}])
+def test_the_served_schema_refuses_a_mode_result_of_the_wrong_shape(checker, body):
+    schema = checker.schema_for("/lens/fetch", "GET", 200, "application/json")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator({**schema, "components": checker.doc["components"]}).validate(body)
+
+
+def test_cloudflare_mode_scanner_too_slow_says_so(scanner, settings, sites):
+    conf = with_lens(settings, cloudflare_scanner_url=f"http://127.0.0.1:{scanner.server_address[1]}/mcp",
+                     cloudflare_timeout_s=1)
+    result = cloudflare.level("example.com/slow", conf, None, fetcher=site_fetcher(sites))
+    assert result["available"] is False and result["error"] == "the scanner did not answer within 1 seconds"
 
 
 def test_cloudflare_mode_scanner_down_is_unavailable(settings, sites):

@@ -17,6 +17,7 @@ from .fetch import USER_AGENT, FetchFailed, Fetcher, FetchRefused, fetcher_from_
 from .scan import scan_settings
 
 SCANNER_SOURCE = "Cloudflare agent-readiness scanner (isitagentready.com)"
+LEVEL_NAME_CHARS = 120
 _LEVEL = re.compile(r"Level\s+([0-5])\s*/\s*5\s*(?:[—–:-]+\s*([^\n\r\"*]+))?", re.I)
 
 
@@ -57,12 +58,15 @@ def _read_level(result) -> tuple[int, str | None]:
         if result.get("isError"):
             raise ScannerError("the scanner's scan_site tool reported an error")
         structured = result.get("structuredContent")
-        if isinstance(structured, dict) and isinstance(structured.get("level"), int) and 0 <= structured["level"] <= 5:
-            return structured["level"], structured.get("levelName")
+        # type(...) is int: JSON's true is a Python int too, and would read as level 1
+        if isinstance(structured, dict) and type(structured.get("level")) is int and 0 <= structured["level"] <= 5:
+            name = structured.get("levelName")
+            name = " ".join(name.split())[:LEVEL_NAME_CHARS] if isinstance(name, str) else ""
+            return structured["level"], name or None
         text = " ".join(c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict))
         match = _LEVEL.search(text)
         if match:
-            return int(match.group(1)), (match.group(2) or "").strip() or None
+            return int(match.group(1)), (match.group(2) or "").strip()[:LEVEL_NAME_CHARS] or None
     raise ScannerError("the scanner's answer has no 'Level N/5' in it")
 
 
@@ -86,7 +90,9 @@ def level(url: str | None, settings, conn: sqlite3.Connection | None = None, fet
     try:
         rung, name = _scan_site(conf, target.url)
     except (ScannerError, requests.RequestException) as failed:
-        error = str(failed) if isinstance(failed, ScannerError) else "the scanner could not be reached"
+        error = (str(failed) if isinstance(failed, ScannerError) else
+                 f"the scanner did not answer within {conf['cloudflare_timeout_s']:g} seconds"
+                 if isinstance(failed, requests.Timeout) else "the scanner could not be reached")
         return {**base, "available": False, "level": None, "score": None, "levelName": None, "fromCache": False,
                 "error": error}
     found = {"available": True, "level": rung, "score": rung * 20, "levelName": name}
