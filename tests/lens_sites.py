@@ -12,7 +12,8 @@ llms.txt and the API catalog behind a UTF-8 BOM), tdmtypes.test (TDMRep fields o
 to every request, no Vary), novary.test (negotiates Markdown with only Vary: Accept-Encoding),
 halfvary.test (Vary: Accept on its Markdown answer only),
 sitemaps.test (robots.txt declares a sitemap other than a valid /sitemap.xml), smupper.test (it
-declares its /sitemap.xml in capitals), puzzle.test (an
+declares its /sitemap.xml in capitals), catchjson.test and catchtext.test (every path but the home
+page a 200 "not found", in JSON and in plain text), puzzle.test (an
 ordinary page that loads /static/challenge.js), applebot.test (Applebot named in a group with `*`),
 moved.test (robots.txt blocks /shop/; / redirects to landing.test/shop/, /stay to its own /shop/),
 landing.test (allows everything), fatdocs.test (well-known JSON documents near their size caps, in
@@ -45,8 +46,8 @@ from servers import start_thread, stop_thread, write_response
 SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
          "hang.test", "bigrobots.test", "binrobots.test", "badcoding.test", "bomb.test", "malformed.test", "deep.test",
          "notes.test", "htmlrobots.test", "octetrobots.test", "bom.test", "tdmtypes.test", "mdalways.test",
-         "novary.test", "halfvary.test", "sitemaps.test", "smupper.test", "puzzle.test", "applebot.test",
-         "moved.test", "landing.test", "fatdocs.test", "fatrobots.test")
+         "novary.test", "halfvary.test", "sitemaps.test", "smupper.test", "catchjson.test", "catchtext.test",
+         "puzzle.test", "applebot.test", "moved.test", "landing.test", "fatdocs.test", "fatrobots.test")
 WORDS = " ".join(["Plain words for machine readers about sourdough, photographs and the open web."] * 8)
 
 READY_HOME = f"""<!doctype html><html><head><meta charset="utf-8"><title>Ready site</title>
@@ -309,6 +310,16 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, SITEMAP, "application/xml")
         port = self.server.server_address[1]
         self.robots_site(path, f"User-agent: *\nAllow: /\nSitemap: HTTP://SMUPPER.TEST:{port}/sitemap.xml\n", "text/plain")
+
+    def site_catchjson(self, path):
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.send(200, '{"error": "not found", "status": 404}', "application/json")
+
+    def site_catchtext(self, path):
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.send(200, "404 page not found\n", "text/plain")
 
     def site_puzzle(self, path):
         if path == "/":

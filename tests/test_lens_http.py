@@ -245,6 +245,18 @@ def test_a_declared_sitemap_xml_spelt_in_capitals_is_that_probe(lens_api, sites)
     assert d["sitemapXml"]["ok"] and d["sitemapDeclared"] == d["sitemapXml"]
 
 
+@pytest.mark.parametrize("site", ["catchjson.test", "catchtext.test"])
+def test_a_catch_all_not_found_with_a_200_is_no_document(lens_api, sites, site):
+    obs = full_scan(lens_api, sites.url(site))
+    d = obs["discovery"]
+    for key in ("authMd", "aiTxt", "llmsFullTxt", "llmsTxt", "securityTxt"):
+        assert d[key]["ok"] is False and "soft 404" in d[key]["note"], key
+    assert d["agentsMd"]["present"] is False and "soft 404" in d["agentsMd"]["note"]
+    assert not any(d["commerce"][key]["ok"] for key in ("ucp", "acp", "ap2"))
+    assert obs["agent"]["nlweb"]["verdict"] == "no" and obs["agent"]["strategy"]["verdict"] != "agent-native"
+    assert obs["readiness"]["checks"]["authMd"]["status"] != "pass"
+
+
 def test_crawler_roles_agree_with_reference_and_the_bot_views(lens_api, sites):
     obs = full_scan(lens_api, sites.url("ready.test"), bot_views=True)
     roles = {row["ua"]: row["role"] for row in obs["terms"]["scoreboard"]}

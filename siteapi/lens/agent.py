@@ -11,7 +11,7 @@ import json
 import re
 from urllib.parse import urlsplit
 
-from .discovery import CapReached, Subrequests
+from .discovery import CapReached, Subrequests, error_envelope
 from .fetch import FetchFailed, FetchRefused, FetchResult
 from .page import mime_of
 
@@ -87,6 +87,8 @@ def nlweb_verdict(answer: dict) -> dict:
     if status == 401 and answer.get("wwwAuthenticate"):
         return {"verdict": "likely", "detail": "GET /ask asks for authentication"}
     if 200 <= status < 300 and "json" in mime and _json(body) is not None:
+        if error_envelope(_json(body)):  # a catch-all route's "not found", sent with a 200
+            return {"verdict": "no", "detail": f"GET /ask answered {status} JSON that reports an error"}
         return {"verdict": "maybe", "detail": "GET /ask answered JSON"}
     if status >= 500:
         return {"verdict": "unknown", "detail": f"GET /ask answered {status}"}

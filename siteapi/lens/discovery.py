@@ -110,15 +110,51 @@ def json_body(result: FetchResult):
         raise ValueError("the body is not valid JSON" + (" (cut at the size cap)" if result.truncated else "")) from None
 
 
-def _text_check(result: FetchResult, what: str, must: Callable[[str], bool] | None = None, hint: str = ""):
+_ERROR_WORDS = re.compile(r"\b(404|not found)\b", re.I)
+
+
+def _text_check(result: FetchResult, what: str, must: Callable[[str], bool] | None = None, hint: str = "",
+                markdown: bool = False):
+    """None for a text document, else why not. A catch-all route's answer is not one: HTML, JSON
+    (`{"error": "not found"}` with a 200) or a short text saying 404; a Markdown document is served
+    as Markdown or plain text."""
     text = plain_text(result)
     if text is None:
         return f"answered {mime_of(result.content_type) or 'something'} that is not a {what} (a soft 404 or binary)"
+    mime = mime_of(result.content_type)
+    if mime.endswith("json") or _parses_as_json(text):
+        return f"answered JSON, not a {what} (a soft 404?)"
+    if markdown and mime not in ("", "text/markdown", "text/x-markdown", "text/plain"):
+        return f"served as {mime}, not text/markdown or text/plain"
     if not text.strip():
         return f"the {what} is empty"
+    if len(text.strip()) <= 200 and _ERROR_WORDS.search(text):  # "404 page not found", "Not Found" ...
+        return f"the body reads as an error page, not a {what} (a soft 404)"
     if must and not must(text):
         return f"the body does not look like a {what}{hint}"
     return None
+
+
+def _parses_as_json(text: str) -> bool:
+    """Whether a text body is really a JSON object or array (a plain number or word is text)."""
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")):
+        return False
+    try:
+        json.loads(stripped)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def error_envelope(data) -> bool:
+    """A JSON object that reports an error (`error`/`errors`, or a 4xx/5xx status or code) rather
+    than being the document: what a catch-all API route answers, with a 200, for every path."""
+    if not isinstance(data, dict):
+        return False
+    if data.get("error") or data.get("errors"):
+        return True
+    return any(type(data.get(key)) is int and 400 <= data[key] <= 599 for key in ("status", "statusCode", "code"))
 
 
 def _json_check(result: FetchResult, what: str, shape: Callable[[object], bool], hint: str):
@@ -126,6 +162,8 @@ def _json_check(result: FetchResult, what: str, shape: Callable[[object], bool],
         data = json_body(result)
     except ValueError as bad:
         return str(bad)
+    if error_envelope(data) and not shape(data):
+        return f"the JSON reports an error, not a {what} (a soft 404?)"
     if not shape(data):
         return f"the JSON is not a {what}: {hint}"
     return None
@@ -152,6 +190,12 @@ def _is_obj(data) -> bool:
     return isinstance(data, dict)
 
 
+def _is_profile(data) -> bool:
+    """A commerce profile: the three protocols fix no common field, so a non-empty object that does
+    not report an error."""
+    return isinstance(data, dict) and bool(data) and not error_envelope(data)
+
+
 def _has_contact(text: str) -> bool:
     """A `Contact:` field on some line (RFC 9116), read line by line: a multiline regex whose leading
     whitespace may cross lines rescans the rest of the file from every line start."""
@@ -167,8 +211,8 @@ VALIDATORS: dict[str, Callable[[FetchResult], str | None]] = {
     "llmsFullTxt": lambda r: _text_check(r, "llms-full.txt"),
     "aiTxt": lambda r: _text_check(r, "ai.txt"),
     "securityTxt": lambda r: _text_check(r, "security.txt", _has_contact, " (RFC 9116 requires a Contact: line)"),
-    "authMd": lambda r: _text_check(r, "Markdown document"),
-    "agentsMd": lambda r: _text_check(r, "Markdown document"),
+    "authMd": lambda r: _text_check(r, "Markdown document", markdown=True),
+    "agentsMd": lambda r: _text_check(r, "Markdown document", markdown=True),
     "webBotAuth": lambda r: _json_check(r, "JWKS", lambda d: _is_obj(d) and isinstance(d.get("keys"), list) and bool(d["keys"]),
                                         "a key directory has a non-empty keys array"),
     "openidConfiguration": lambda r: _json_check(r, "OpenID configuration", lambda d: _is_obj(d) and isinstance(d.get("issuer"), str),
@@ -193,9 +237,9 @@ VALIDATORS: dict[str, Callable[[FetchResult], str | None]] = {
         "a card has a name and skills or an interface url"),
     "tdmrep": lambda r: _json_check(r, "TDMRep file", lambda d: isinstance(d, list) and all(_is_obj(x) for x in d),
                                     "it is an array of {location, tdm-reservation, tdm-policy}"),
-    "ucp": lambda r: _json_check(r, "commerce profile", _is_obj, "expected a JSON object"),
-    "acp": lambda r: _json_check(r, "commerce profile", _is_obj, "expected a JSON object"),
-    "ap2": lambda r: _json_check(r, "commerce profile", _is_obj, "expected a JSON object"),
+    "ucp": lambda r: _json_check(r, "commerce profile", _is_profile, "expected a JSON object with fields"),
+    "acp": lambda r: _json_check(r, "commerce profile", _is_profile, "expected a JSON object with fields"),
+    "ap2": lambda r: _json_check(r, "commerce profile", _is_profile, "expected a JSON object with fields"),
     "sitemapXml": lambda r: None if _sitemap_entries(r) is not None else
         "answered something that is not a sitemap (no urlset or sitemapindex)",
 }
