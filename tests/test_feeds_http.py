@@ -47,9 +47,10 @@ def test_feeds_answer_in_their_own_shape_before_site_db_exists(tmp_path, checker
     changes = answers["/around/changes.json"]
     assert changes.status_code == 503 and changes.json()["changes"] == [] and changes.json()["available"] is False
     assert changes.json()["ok"] is False
-    assert answers["/around/json"].status_code == 503
+    assert answers["/around/json"].status_code == 503 and answers["/around/json"].json()["code"] == "storage_unavailable"
     tracks = answers["/rn/tracks"]
-    assert tracks.status_code == 500 and tracks.json()["code"] == "storage_not_configured" and tracks.json()["tracks"] == []
+    assert tracks.status_code == 503 and tracks.json()["code"] == "storage_unavailable" and tracks.json()["tracks"] == []
+    assert tracks.headers["Retry-After"] == "60"
 
 
 def test_error_bodies_keep_their_route_fields(tmp_path, checker):

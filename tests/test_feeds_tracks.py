@@ -2,6 +2,7 @@
 reader's §4.8 errors."""
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 from urllib.parse import parse_qs, urlsplit
@@ -83,8 +84,8 @@ def test_refused_credentials_fail_and_nothing_stored_is_a_502(tmp_path, spotify,
     settings = settings_for(tmp_path, spotify)
     with pytest.raises(FeedError, match="token endpoint answered HTTP 400"):
         run_tracks(settings)
-    err = error_of(settings)
-    assert err.status == 500  # the job never got as far as creating storage
+    with pytest.raises(sqlite3.OperationalError):  # the job never got as far as creating site.db: the app's 503
+        now_playing(settings)
     monkeypatch.delenv("SITE_SPOTIFY_CLIENT_SECRET")
     with pytest.raises(FeedError, match="SITE_SPOTIFY_CLIENT_SECRET"):
         run_tracks(settings)
@@ -240,17 +241,36 @@ def test_no_playlist_is_503_and_the_job_does_nothing(tmp_path, spotify):
     assert spotify.requests == []
 
 
-def test_storage_never_set_up_is_500_and_unreadable_is_503(tmp_path, spotify):
+def test_a_site_db_moved_away_while_running_is_still_served_by_the_reader_that_has_it(tmp_path, spotify):
+    """As the other feeds: the thread's reader keeps the file it has open (db.reader)."""
     settings = settings_for(tmp_path, spotify)
-    err = error_of(settings)  # no site.db at all
-    assert (err.status, err.body["code"]) == (500, "storage_not_configured")
+    run_tracks(settings)
+    served = now_playing(settings)
+    settings.db_path.rename(tmp_path / "moved.db")
+    try:
+        assert now_playing(settings) == served
+    finally:
+        (tmp_path / "moved.db").rename(settings.db_path)
+
+
+def test_storage_never_set_up_is_500_and_unreadable_is_503(tmp_path, spotify):
+    """500 only where site.db can never be built (its folder is missing); a site.db not built yet,
+    emptied or damaged is a sqlite3.Error: the app's 503 storage_unavailable with tracks: []
+    (test_feeds_http checks both over HTTP)."""
+    settings = settings_for(tmp_path, spotify)
+    nowhere = dataclasses.replace(settings, db_path=tmp_path / "no-such-folder" / "site.db")
+    err = error_of(nowhere)
+    assert (err.status, err.body["code"]) == (500, "storage_not_configured") and "no-such-folder" in err.body["error"]
+    with pytest.raises(sqlite3.OperationalError):  # no site.db yet
+        now_playing(settings)
     settings.db_path.write_bytes(b"")  # an empty file: SQLite without our tables
-    assert error_of(settings).status == 500
+    with pytest.raises(sqlite3.OperationalError):
+        now_playing(settings)
     (tmp_path / "broken").mkdir()
     broken = settings_for(tmp_path / "broken", spotify)
     broken.db_path.write_bytes(b"this is not a database file" * 100)
-    with pytest.raises(sqlite3.DatabaseError):  # the app's 503 storage_unavailable, with tracks: [] (test_http_conventions)
-        error_of(broken)
+    with pytest.raises(sqlite3.DatabaseError):
+        now_playing(broken)
 
 
 def _unnamed(item):

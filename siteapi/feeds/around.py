@@ -397,9 +397,7 @@ def report(conn: sqlite3.Connection) -> dict:
         crawl = conn.execute("SELECT * FROM around_crawls ORDER BY id DESC LIMIT 1").fetchone()
         rows = [] if crawl is None else conn.execute(
             "SELECT * FROM around_results WHERE crawl_id = ?", (crawl["id"],)).fetchall()
-    except sqlite3.Error as exc:
-        if "no such table" in str(exc):
-            raise pending from None
+    except sqlite3.Error:  # no file, or one without the tables (emptied): not a crawl yet to come
         raise ApiError(503, "The neighborhood snapshot cannot be read right now; try again in a minute.",
                        code="storage_unavailable", headers={"Retry-After": "60"}) from None
     if crawl is None:

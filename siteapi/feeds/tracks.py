@@ -355,16 +355,14 @@ def now_playing(settings) -> dict:
     playlist_id = option(settings, "playlist_id", "").strip()
     if not playlist_id:
         raise ApiError(503, "No playlist is set on this site, so there are no tracks to show.", code="no_playlist")
-    if not settings.db_path.exists():
-        raise ApiError(500, "Track storage is not set up on this deployment.", code="storage_not_configured")
-    try:
-        conn = db.reader(settings.db_path)
-        head = conn.execute("SELECT * FROM tracks_playlists WHERE playlist_id = ?", (playlist_id,)).fetchone()
-        rows = conn.execute("SELECT * FROM tracks WHERE playlist_id = ? ORDER BY position", (playlist_id,)).fetchall()
-    except sqlite3.OperationalError as exc:
-        if "no such table" not in str(exc):
-            raise  # the app's 503 storage_unavailable (web.Site.serve)
-        raise ApiError(500, "Track storage is not set up on this deployment.", code="storage_not_configured") from None
+    if not settings.db_path.parent.is_dir():  # nothing can ever build site.db there: a deployment fault
+        raise ApiError(500, f"Track storage is not set up on this deployment: site.db's folder "
+                       f"{settings.db_path.parent.name!r} does not exist.", code="storage_not_configured")
+    # A site.db not built yet, deleted or emptied is a sqlite3.Error here: the app's 503
+    # storage_unavailable (web.Site.serve); a reader that has the file open goes on serving it.
+    conn = db.reader(settings.db_path)
+    head = conn.execute("SELECT * FROM tracks_playlists WHERE playlist_id = ?", (playlist_id,)).fetchone()
+    rows = conn.execute("SELECT * FROM tracks WHERE playlist_id = ? ORDER BY position", (playlist_id,)).fetchall()
     if head is None:
         raise ApiError(502, "The playlist could not be read from the music service yet.", code="upstream_failed")
     tracks = [
