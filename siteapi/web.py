@@ -279,6 +279,7 @@ class Site:
         self.static_headers = [("Link", link_header), ("Access-Control-Allow-Origin", "*"),
                                ("Access-Control-Expose-Headers", EXPOSED), ("X-Content-Type-Options", "nosniff")]
         self.routes: list[tuple[str, tuple[str, ...]]] = []  # (rule, methods answered)
+        self._error_shapes: dict[str, tuple[dict, Callable | None]] = {}  # rule -> (error_fields, error_body)
 
     # -- declaring routes ------------------------------------------------------------------------
     def route(self, rule: str, handler: Callable, methods: Iterable[str] = ("GET",), policy: str = "read",
@@ -297,6 +298,7 @@ class Site:
         if options and "OPTIONS" not in allowed:
             allowed.append("OPTIONS")
         self.routes.append((rule, tuple(allowed)))
+        self._error_shapes[rule] = (error_fields or {}, error_body)
 
         def endpoint(**url_args):
             return self.serve(handler, url_args, tuple(allowed), policy, cache, may_not_exist, error_fields or {}, slots,
@@ -353,7 +355,7 @@ class Site:
                                "percent-encode the path's UTF-8 bytes.", "bad_path")
         if len(environ.get("QUERY_STRING", "")) > MAX_QUERY_BYTES:
             return self._early(environ, start_response, 414, f"The query string is longer than {MAX_QUERY_BYTES} "
-                               "bytes; send shorter parameters.", "uri_too_long")
+                               "bytes; send shorter parameters.", "uri_too_long", *self._error_shape(path))
         convention_headers = environ[CONVENTION_HEADERS] = list(self.static_headers)
 
         def start(status, headers, exc_info=None):
@@ -486,9 +488,22 @@ class Site:
             response.set_header(name, value)
         return text.encode("utf-8", "replace")
 
-    def _early(self, environ, start_response, status, error, code):
-        body = json.dumps({"error": error, "code": code, "status": status,
-                           "docs": self.settings.url(DOCS_PATH)}).encode()
+    def _error_shape(self, path: str) -> tuple[dict, Callable | None]:
+        """The error fields and body shape of the route that would answer `path` (none: the fallback's)."""
+        try:
+            route, _ = self.app.match({"PATH_INFO": path, "REQUEST_METHOD": "GET"})
+        except bottle.HTTPError:
+            return {}, None
+        return self._error_shapes.get(route.rule, ({}, None))
+
+    def _early(self, environ, start_response, status, error, code, error_fields=None, error_body=None):
+        """An error answered before routing, in the route's shape where one is known."""
+        body = {**(error_fields or {}), "error": error, "code": code, "status": status,
+                "docs": self.settings.url(DOCS_PATH)}
+        if error_body is not None:
+            bottle.request.bind(environ)  # the shape may read the request (/mcp: the message's id)
+            body = error_body(body)
+        body = json_bytes(body)
         start_response(f"{status} {bottle.HTTP_CODES.get(status, '')}", [
             ("Content-Type", "application/json"), ("Content-Length", str(len(body))),
             ("Cache-Control", NO_STORE), *self.static_headers])

@@ -306,6 +306,22 @@ def test_huge_query_string_is_refused_as_json(api):
     assert r.status_code == 414 and "query string" in r.json()["error"]
 
 
+@pytest.mark.parametrize("path, fields", [("/rn/tracks", {"tracks": []}), ("/around/changes.json", {"ok": False}),
+                                          ("/lens/fetch", {"ok": False})])
+def test_a_huge_query_string_keeps_the_route_error_fields(api, path, fields):
+    from siteapi.web import MAX_QUERY_BYTES
+    r = api.get(path + "?x=" + "a" * MAX_QUERY_BYTES)
+    assert r.status_code == 414 and r.json()["code"] == "uri_too_long"
+    assert fields.items() <= r.json().items()
+
+
+def test_a_huge_query_string_on_mcp_is_a_json_rpc_error(api):
+    from siteapi.web import MAX_QUERY_BYTES
+    r = api.request("POST", "/mcp?x=" + "a" * MAX_QUERY_BYTES, headers={"Content-Type": "application/json"},
+                    data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+    assert r.status_code == 414 and r.json()["jsonrpc"] == "2.0" and "query string" in r.json()["error"]["message"]
+
+
 def test_a_flood_of_parameters_is_a_400_naming_the_limit(api):
     r = api.get("/search.json?q=film&" + "&".join(f"x{n}=1" for n in range(300)))
     assert r.status_code == 400 and r.json()["code"] == "too_many_parameters" and "200" in r.json()["error"]
