@@ -475,6 +475,20 @@ def test_access_log_is_json_lines_without_query_strings(stack):
 
 
 @needs_caddy
+def test_oversized_headers_are_refused_at_the_edge_and_not_logged(stack):
+    """A request's headers are bounded before the log: one of megabytes would be a line of
+    megabytes, and a few dozen would roll the unread crawler hits out of the access log."""
+    big = requests.get(stack["edge"] + "/about", headers={"User-Agent": "Huge/1.0", "X-Pad": "x" * 40_000}, timeout=30)
+    fine = requests.get(stack["edge"] + "/about", headers={"User-Agent": "Padded/1.0", "X-Pad": "x" * 16_000}, timeout=30)
+    assert big.status_code == 431 and fine.status_code == 200
+    log = stack["tmp"] / "access.log"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "Padded/1.0" not in log.read_text():
+        time.sleep(0.2)
+    assert "Padded/1.0" in log.read_text() and "Huge/1.0" not in log.read_text()
+
+
+@needs_caddy
 def test_ledger_reads_the_real_caddy_log(stack, edge):
     for _ in range(3):
         requests.get(stack["edge"] + "/writing/llms-txt", headers={"User-Agent": "Mozilla/5.0 (compatible; ClaudeBot/1.0)"},
