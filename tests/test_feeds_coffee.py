@@ -14,7 +14,7 @@ import pytest
 from siteapi import db
 from siteapi.config import ROOT
 from siteapi.feeds import FeedError
-from siteapi.feeds.coffee import availability, run_calendar
+from siteapi.feeds.coffee import availability, open_slots, rules, run_calendar
 from siteapi.web import ApiError
 from tests.feeds_servers import IcsServer, make_settings, trusted_tls_ics
 
@@ -505,3 +505,27 @@ def test_an_event_lasting_thousands_of_years_blocks_every_slot(tmp_path, feed, l
     [(start, end)] = stored_busy(settings)
     assert start < "2000-01-01T05:00:01Z" and end > "3500"
     assert read(settings, NOW)["slots"] == []
+
+
+@pytest.mark.parametrize("zone, day_start, day_end, now", [
+    ("America/New_York", "01:00", "04:30", "2027-03-14T05:00:00+00:00"),  # spring forward, 02:00 -> 03:00
+    ("America/New_York", "00:30", "03:00", "2027-11-07T04:00:00+00:00"),  # fall back, 02:00 -> 01:00
+    ("Africa/Cairo", "00:00", "02:00", "2027-04-29T21:00:00+00:00"),      # spring forward at midnight, a Friday
+])
+def test_slots_where_the_clocks_change_inside_the_owners_hours(tmp_path, zone, day_start, day_end, now):
+    """Every slot lasts its real length, starts at a wall time that exists, ends by the day's end
+    and does not start before the previous one's end and buffer."""
+    settings = make_settings(tmp_path, {"coffee_timezone": zone, "coffee_day_start": day_start, "coffee_day_end": day_end,
+                                        "coffee_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
+                                        "coffee_notice_hours": 0, "coffee_horizon_days": 1, "coffee_max_per_day": 100,
+                                        "coffee_max_per_week": 100})
+    r = rules(settings)
+    slots = open_slots(r, [], dt.datetime.fromisoformat(now))
+    assert len(slots) >= 2
+    for slot in slots:
+        start, end = dt.datetime.fromisoformat(slot["start"]), dt.datetime.fromisoformat(slot["end"])
+        assert end - start == dt.timedelta(minutes=slot["durationMinutes"]) == r["slot"]
+        assert slot["endMs"] - slot["startMs"] == r["slot"].total_seconds() * 1000
+        assert end.replace(tzinfo=None) <= dt.datetime.combine(start.date(), r["day_end"])
+    for before, after in zip(slots, slots[1:]):
+        assert after["startMs"] >= before["endMs"] + r["buffer"].total_seconds() * 1000

@@ -14,8 +14,9 @@ and a memory limit (`calendar_expand_mb`, 512): dateutil spends seconds on each 
 matches or is hourly since centuries ago, and an event repeated thousands of times can take
 gigabytes. Past either limit the child is stopped and the calendar refused like any broken feed.
 The reader fails closed: a calendar older than 15 minutes, or never read, offers no slots.
-Slots are laid out on the local wall clock, so a daylight-saving change shifts their UTC instants
-but never drops or doubles one.
+Slots are laid out on the local wall clock, so a daylight-saving change between days shifts their
+UTC instants but never drops or doubles one; where the clocks change inside the owner's hours, a
+slot still lasts its real length and never overlaps the one before.
 """
 from __future__ import annotations
 
@@ -376,14 +377,23 @@ def open_slots(r: dict, busy: list[tuple[int, int]], now: dt.datetime) -> list[d
         taken_today = 0
         start_wall = dt.datetime.combine(day, r["day_start"])
         day_end_wall = dt.datetime.combine(day, r["day_end"])
+        free_from = None  # the previous slot's end plus the buffer, in UTC
         while day.weekday() in r["days"] and start_wall + r["slot"] <= day_end_wall:
             if taken_today >= r["per_day"] or per_week.get(week, 0) >= r["per_week"]:
                 break
-            # Wall-clock arithmetic first, then the zone: the same local times on both sides of DST.
+            # Starts are laid out on the wall clock (the same local times on both sides of DST); a
+            # slot lasts its real length. Where the clocks change inside the owner's hours, a start
+            # the clock skips, an end past the day's end or a start before the last slot's end and
+            # buffer is no slot.
             start = start_wall.replace(tzinfo=zone).astimezone(UTC)
-            end = (start_wall + r["slot"]).replace(tzinfo=zone).astimezone(UTC)
+            end = start + r["slot"]
             start_ms, end_ms = int(start.timestamp() * 1000), int(end.timestamp() * 1000)
-            if earliest <= start <= latest and not any(a < end_ms and b > start_ms for a, b in busy):
+            on_the_clock = (start.astimezone(zone).replace(tzinfo=None) == start_wall
+                            and end.astimezone(zone).replace(tzinfo=None) <= day_end_wall
+                            and (free_from is None or start >= free_from))
+            if on_the_clock:
+                free_from = end + r["buffer"]
+            if on_the_clock and earliest <= start <= latest and not any(a < end_ms and b > start_ms for a, b in busy):
                 slots.append({
                     "start": start.astimezone(zone).isoformat(),
                     "end": end.astimezone(zone).isoformat(),
