@@ -168,16 +168,29 @@ def endpoint_tools(doc: dict, caller_app: InProcess) -> list[Tool]:
         for spec in specs if isinstance(specs, list) else [specs] if specs else []:
             fixed = {k: as_query_value(v) for k, v in (spec.get("fixed") or {}).items()}
             omitted = set(spec.get("omit") or ())
+            returns = spec.get("returns")
             tools.append(Tool(
                 name=spec["tool"], title=spec.get("title") or spec["tool"].replace("_", " ").title(),
                 description=describe(op, spec.get("note", "")),
                 input_schema=input_schema(doc, method, op, set(spec.get("hide") or ()) | set(fixed)),
-                output_schema=output_schema(doc, op, omitted), open_world=bool(spec.get("openWorld", False)),
-                run=_endpoint_runner(caller_app, path, method, fixed, omitted)))
+                output_schema=(inline(doc, {"$ref": f"#/components/schemas/{returns}"}) if returns
+                               else output_schema(doc, op, omitted)),
+                open_world=bool(spec.get("openWorld", False)),
+                run=_endpoint_runner(caller_app, path, method, fixed, omitted, RESHAPED[returns] if returns else None)))
     return tools
 
 
-def _endpoint_runner(caller_app: InProcess, path: str, method: str, fixed: dict, omitted: set[str]):
+def _lens_summary(observation: dict) -> dict:
+    from siteapi.lens.scan import summary  # here: the lens is loaded by the endpoint, not by this module
+    return summary(observation)
+
+
+# x-mcp `returns`: a schema a tool answers instead of the endpoint's 200, made from that answer.
+RESHAPED: dict[str, Callable[[dict], dict]] = {"LensSummary": _lens_summary}
+
+
+def _endpoint_runner(caller_app: InProcess, path: str, method: str, fixed: dict, omitted: set[str],
+                     reshape: Callable[[dict], dict] | None):
     def run(arguments: dict, caller: str) -> Outcome:
         if method == "post":
             status, body = caller_app.request("POST", path, fixed, arguments, caller)
@@ -185,6 +198,8 @@ def _endpoint_runner(caller_app: InProcess, path: str, method: str, fixed: dict,
             query = {k: as_query_value(v) for k, v in arguments.items()} | fixed
             status, body = caller_app.request("GET", path, query, None, caller)
         if 200 <= status < 300 and isinstance(body, dict):
+            if reshape is not None:
+                return Outcome(result=reshape(body))
             return Outcome(result={k: v for k, v in body.items() if k not in omitted})
         sentence = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), str) else None
         return Outcome(error=sentence or f"{path} answered HTTP {status} without a JSON result.",

@@ -457,8 +457,11 @@ def test_lens_tools_share_the_inspect_budget_with_the_endpoint(lens_api):
     page = tool_call(api, "lens_page", {"url": web.url("/rich")}).json()["result"]
     assert page["isError"] is False, page
     Draft202012Validator(tools["lens_page"]["outputSchema"]).validate(page["structuredContent"])
-    assert page["structuredContent"]["finalUrl"] == web.url("/rich")
-    assert api.get("/lens/fetch", params={"url": web.url("/rich")}).status_code == 200
+    summary = page["structuredContent"]  # REFERENCE: a LensSummary, page phase only, not the whole observation
+    observed = api.get("/lens/fetch", params={"url": web.url("/rich"), "phases": "page"}).json()
+    assert summary["finalUrl"] == web.url("/rich") and "anatomy" not in summary and "rawHtml" not in page["content"][0]["text"]
+    assert summary["title"] == observed["structured"]["title"] and summary["wordCount"] == observed["anatomy"]["wordCount"]
+    assert summary["readiness"] is None and summary["tier"] is None and summary["cost"]["tokens"] > 0
     refused = tool_call(api, "lens_inspect", {"url": "http://10.0.0.1/"}).json()["result"]
     assert refused["isError"] is True and "public internet addresses" in refused["content"][0]["text"]
     over = tool_call(api, "lens_inspect", {"url": web.url("/rich")}).json()["result"]

@@ -75,6 +75,8 @@ def test_the_sdk_client_lists_and_calls_every_tool(mcp_site, mode, expected_vers
                     "representation_capture", "representation_read", "representation_compare"}
     failed = {n for n in must_succeed & set(outcomes) if outcomes[n]["error"]}
     assert not failed, {n: outcomes[n]["text"] for n in failed}
+    inspected = outcomes["lens_inspect"]["structured"]  # a LensSummary of the full scan (REFERENCE)
+    assert isinstance(inspected["readiness"], int) and isinstance(inspected["doors"], int) and "anatomy" not in inspected
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
