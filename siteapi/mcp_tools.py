@@ -1,10 +1,11 @@
 """The MCP tool registry: tools derived from `siteapi/openapi.yaml`, served by the site itself.
 
 Every operation carrying `x-mcp` (one spec or a list of specs: `tool`, `title`, `openWorld`, and
-optionally `fixed` query values always sent, `hide` parameters kept out of the tool, `omit`
-top-level fields dropped from the result, `note` appended to the description) becomes a tool:
-its `inputSchema` comes from the operation's query parameters (or its JSON request body for a
-POST-only operation), its `outputSchema` from the 200 JSON response with every `$ref` inlined.
+optionally `fixed` query values always sent, `hide` parameters kept out of the tool, `returns`
+a schema answered instead of the 200's (made from it, see RESHAPED), `note` appended to the
+description) becomes a tool: its `inputSchema` comes from the operation's query parameters (or
+its JSON request body for a POST-only operation), its `outputSchema` from the 200 JSON response
+(or `returns`) with every `$ref` inlined.
 A call runs the site's own WSGI app in-process with the caller's address, so shapes, errors and
 rate-limit budgets are exactly the HTTP endpoint's. The snapshot tools call `siteapi.lens.vault`
 directly (capture and compare each under a small rate policy of its own and the lens's per-target
@@ -96,16 +97,12 @@ def input_schema(doc: dict, method: str, op: dict, hidden: set[str]) -> dict:
     return schema
 
 
-def output_schema(doc: dict, op: dict, omitted: set[str]) -> dict:
+def output_schema(doc: dict, op: dict) -> dict:
     ok = op.get("responses", {}).get("200", {})
     content = inline(doc, ok).get("content", {})
     schema = next((v.get("schema", {}) for k, v in content.items() if "json" in k), {})
     schema = copy.deepcopy(schema) or {}
     schema.setdefault("type", "object")
-    for name in omitted:
-        schema.get("properties", {}).pop(name, None)
-    if "required" in schema:
-        schema["required"] = [r for r in schema["required"] if r not in omitted]
     return schema
 
 
@@ -167,16 +164,15 @@ def endpoint_tools(doc: dict, caller_app: InProcess) -> list[Tool]:
         specs = op.get("x-mcp")
         for spec in specs if isinstance(specs, list) else [specs] if specs else []:
             fixed = {k: as_query_value(v) for k, v in (spec.get("fixed") or {}).items()}
-            omitted = set(spec.get("omit") or ())
             returns = spec.get("returns")
             tools.append(Tool(
                 name=spec["tool"], title=spec.get("title") or spec["tool"].replace("_", " ").title(),
                 description=describe(op, spec.get("note", "")),
                 input_schema=input_schema(doc, method, op, set(spec.get("hide") or ()) | set(fixed)),
                 output_schema=(inline(doc, {"$ref": f"#/components/schemas/{returns}"}) if returns
-                               else output_schema(doc, op, omitted)),
+                               else output_schema(doc, op)),
                 open_world=bool(spec.get("openWorld", False)),
-                run=_endpoint_runner(caller_app, path, method, fixed, omitted, RESHAPED[returns] if returns else None)))
+                run=_endpoint_runner(caller_app, path, method, fixed, RESHAPED[returns] if returns else None)))
     return tools
 
 
@@ -189,7 +185,7 @@ def _lens_summary(observation: dict) -> dict:
 RESHAPED: dict[str, Callable[[dict], dict]] = {"LensSummary": _lens_summary}
 
 
-def _endpoint_runner(caller_app: InProcess, path: str, method: str, fixed: dict, omitted: set[str],
+def _endpoint_runner(caller_app: InProcess, path: str, method: str, fixed: dict,
                      reshape: Callable[[dict], dict] | None):
     def run(arguments: dict, caller: str) -> Outcome:
         if method == "post":
@@ -198,9 +194,7 @@ def _endpoint_runner(caller_app: InProcess, path: str, method: str, fixed: dict,
             query = {k: as_query_value(v) for k, v in arguments.items()} | fixed
             status, body = caller_app.request("GET", path, query, None, caller)
         if 200 <= status < 300 and isinstance(body, dict):
-            if reshape is not None:
-                return Outcome(result=reshape(body))
-            return Outcome(result={k: v for k, v in body.items() if k not in omitted})
+            return Outcome(result=reshape(body) if reshape else body)
         sentence = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), str) else None
         return Outcome(error=sentence or f"{path} answered HTTP {status} without a JSON result.",
                        details=body if sentence else None)
