@@ -88,6 +88,7 @@ def input_schema(doc: dict, method: str, op: dict, hidden: set[str]) -> dict:
         prop = dict(param.get("schema", {}))
         if param.get("description"):
             prop["description"] = " ".join(param["description"].split())
+        prop.update(param.get("x-mcp-schema", {}))  # what a tool argument may be beyond a query string
         properties[param["name"]] = prop
         if param.get("required"):
             required.append(param["name"])
@@ -152,8 +153,8 @@ def as_query_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():  # JSON Schema's integer 2.0 is the endpoint's "2"
         return str(int(value))
-    if isinstance(value, list):
-        return ",".join(as_query_value(v) for v in value)
+    if isinstance(value, list):  # a JSON array, which keeps commas inside its items (/ask's prev reads one)
+        return json.dumps(value)
     return str(value)
 
 

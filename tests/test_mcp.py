@@ -191,6 +191,19 @@ def test_tools_clamp_and_truncate_what_their_endpoints_clamp_and_truncate(api, v
     assert "botViews" not in tools["lens_page"]["inputSchema"]["properties"]  # the page phase runs none
 
 
+def test_ask_takes_prev_as_an_array_or_a_string(api):
+    def searched(prev):
+        result = tool_call(api, "ask", {"query": "and the jets?", "prev": prev}).json()["result"]
+        assert result["isError"] is False, result
+        return result["structuredContent"]["decontextualized_query"]
+
+    assert "(in the context of: carburetor rebuild, float height; idle)" in searched(["carburetor rebuild, float height",
+                                                                                       "idle"])
+    assert "(in the context of: carburetor rebuild; idle)" in searched("carburetor rebuild,idle")
+    schema = tools_by_name(api)["ask"]["inputSchema"]["properties"]["prev"]
+    assert schema["type"] == ["string", "array"] and schema["items"] == {"type": "string"}
+
+
 @pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25"])
 def test_a_whole_number_written_as_a_float_is_that_number(api, version):
     """JSON Schema counts 2.0 as an integer, and Python clients send it so; the endpoint must get "2",
