@@ -318,6 +318,11 @@ def test_images_are_static_with_a_long_cache(stack):
     assert "immutable" in r.headers["Cache-Control"]
     other = requests.get(stack["edge"] + "/images/caption.txt", headers={"Accept": "application/json"}, timeout=30)
     assert other.status_code == 404 and other.json()["code"] == "not_found"  # image types only, at the edge too
+    for version, status in (("1", 200), ("2", 400), ("11", 400), ("1, 2", 400)):
+        asked = requests.get(stack["edge"] + "/images/probe.jpg", headers={"API-Version": version}, timeout=30)
+        assert asked.status_code == status, version  # an unserved API-Version is the app's 400 there too
+        if status == 400:
+            assert asked.json()["code"] == "unsupported_api_version"
 
 
 @needs_caddy
