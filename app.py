@@ -157,6 +157,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
             if mode != "cloudflare":
                 raise ApiError(400, "mode accepts only cloudflare (that CDN's agent-readiness level); leave it out "
                                "for the full observation.", code="bad_mode", ok=False, parameter="mode")
+            observe.check_phases(phases)  # ignored by the mode, but not a value to pass unremarked
             with lens_cache() as cache:
                 return cloudflare.level(url, settings, conn=cache, fetcher=fetcher, budget=lens_budget)
         if phases is not None:

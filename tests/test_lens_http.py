@@ -160,6 +160,9 @@ def test_empty_phases_is_a_400_like_any_other_value(lens_api, sites):
     for phases in ("", "all"):
         r = lens_api.get("/lens/fetch", params={"url": sites.url("blog.test"), "phases": phases})
         assert r.status_code == 400 and r.json()["code"] == "bad_phases" and r.json()["parameter"] == "phases"
+        with_mode = lens_api.get("/lens/fetch", params={"url": sites.url("blog.test"), "phases": phases,
+                                                       "mode": "cloudflare"})
+        assert with_mode.status_code == 400 and with_mode.json()["code"] == "bad_phases"  # before the scanner is asked
 
 
 @pytest.mark.parametrize("site, gptbot, robots_check", [

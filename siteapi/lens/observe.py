@@ -42,15 +42,20 @@ def fetch_error(failed: FetchRefused | FetchFailed) -> ApiError:
     return ApiError(502, str(failed), code="upstream_failed", ok=False)
 
 
+def check_phases(phases: str | None) -> None:
+    """ApiError 400 for a `phases` other than page (None: not sent)."""
+    if phases is not None and phases not in PHASES:
+        raise ApiError(400, "phases accepts only page (the fields derived from the page itself); leave it out for the full scan.",
+                       code="bad_phases", ok=False, parameter="phases")
+
+
 def inspect(url: str | None, settings, phases: str, fetcher: Fetcher | None = None,
             budget: TargetBudget | None = None) -> dict:
     """The LensObservation of the `phases` asked for, spending `budget` (targets.py). Raises
     ApiError 400 (missing/refused URL, bad phases), 429 (the target's budget spent) or 502."""
     fetcher = fetcher or fetcher_from_settings(settings)
     target = checked(url, fetcher)
-    if phases not in PHASES:
-        raise ApiError(400, "phases accepts only page (the fields derived from the page itself); leave it out for the full scan.",
-                       code="bad_phases", ok=False, parameter="phases")
+    check_phases(phases)
     conf = lens_settings(settings)
     fetcher = targets.spending(fetcher, budget, target)
     try:
