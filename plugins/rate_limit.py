@@ -5,8 +5,10 @@
 (/-/static/, /-/static-plugins/, the favicon), which its pages pull in, cost nothing and carry none.
 
 60 a minute: one request may run its query for up to `sql_time_limit_ms` (a second), so a caller at the
-limit keeps at most one of Datasette's three query threads busy on average (a burst can still hold
-all three for 20 s: the budget bounds the average, not the concurrency). A person browsing spends one
+limit keeps at most one of Datasette's three query threads busy on average. The budget bounds the
+average, not the concurrency, so a caller's requests also take turns: at most RUNNING_PER_CALLER
+run at once and the rest wait (a coroutine each, no thread), so that a burst from one caller leaves
+a query thread for everyone else, and tabs opened together are slower, not refused. A person browsing spends one
 a page (a table page with its facets and counts is one request; its CSS and scripts are free) and
 reads for seconds between clicks, well under 60 a minute even when opening a few tabs at once. A
 script paging through JSON with `_size=max` gets 1,000 rows a request, 60,000 rows a minute, while
@@ -24,6 +26,7 @@ peer. Caddy sets that header to the address it saw, dropping a client's own, so 
 it has a budget of its own; nothing needs configuring (tests/test_datasette_rate.py proves both).
 """
 import asyncio
+import contextlib
 import json
 
 from datasette import hookimpl
@@ -33,6 +36,7 @@ from siteapi.ratelimit import RateLimiter, address_key
 
 POLICY = "data"
 FREE = (b"/-/static/", b"/-/static-plugins/")
+RUNNING_PER_CALLER = 2  # of Datasette's three query threads
 
 
 def _wire(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
@@ -66,6 +70,20 @@ def asgi_wrapper(datasette):
             path = path[len(prefix) - 1:]
         return path.startswith(FREE) or path == b"/favicon.ico"
 
+    turns: dict[str, list] = {}  # caller -> [its semaphore, its requests running or waiting]; one event loop
+
+    @contextlib.asynccontextmanager
+    async def turn(caller: str):
+        entry = turns.setdefault(caller, [asyncio.Semaphore(RUNNING_PER_CALLER), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del turns[caller]
+
     def wrap(app):
         async def limited(scope, receive, send):
             if scope["type"] != "http" or free(scope):
@@ -84,7 +102,8 @@ def asgi_wrapper(datasette):
                     message = {**message, "headers": [*message.get("headers", []), *counted]}
                 await send(message)
 
-            return await app(scope, receive, send_counted)
+            async with turn(caller):
+                return await app(scope, receive, send_counted)
 
         return limited
 

@@ -1,17 +1,22 @@
 """Datasette's /data/ spends the caller's `data` budget (plugins/rate_limit.py): the project's
 Datasette, as `make run` starts it, with [rate] data_q = 5 in its environment; two of them sharing
-counts through a real redis; and the project's Caddyfile in front of one."""
+counts through a real redis; and the project's Caddyfile in front of one. The turns a caller's
+requests take run the plugin's ASGI wrapper around an app that holds each request until released."""
+import asyncio
 import contextlib
 import http.client
+import importlib.util
 import json
 import re
 import shutil
 import subprocess
 import time
+from collections import Counter
 from typing import NamedTuple
 from urllib.parse import urlencode, urlsplit
 
 import pytest
+from datasette.app import Datasette
 
 from conftest import ROOT
 from servers import accepts, running
@@ -163,3 +168,52 @@ def test_a_bad_data_setting_stops_datasette_with_one_sentence(site_db):
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith(
         "datasette: Setting [rate] data_q (SITE_RATE_DATA_Q) must be a whole number from 1 to")
+
+
+def test_a_callers_requests_take_turns_and_leave_room_for_others(monkeypatch):
+    """The budget bounds the average; turns bound the concurrency: a burst from one caller runs
+    RUNNING_PER_CALLER requests at once and the rest wait, while another caller's goes straight in.
+    The plugin's ASGI wrapper around a loopback ASGI app that holds each request until released."""
+    spec = importlib.util.spec_from_file_location("rate_limit_plugin", ROOT / "plugins" / "rate_limit.py")
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    monkeypatch.setenv("SITE_RATE_DATA_Q", "100")
+
+    async def burst():
+        running, peak, release = Counter(), Counter(), asyncio.Event()
+
+        async def held(scope, receive, send):
+            caller = scope["client"][0]
+            running[caller] += 1
+            peak[caller] = max(peak[caller], running[caller])
+            await release.wait()
+            running[caller] -= 1
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+
+        app = plugin.asgi_wrapper(Datasette([], settings={"base_url": "/data/"}))(held)
+
+        async def request(client: str):
+            sent = []
+            scope = {"type": "http", "method": "GET", "path": "/data/site/pages.json", "raw_path": b"/data/site/pages.json",
+                     "query_string": b"", "headers": [], "client": (client, 1234)}
+
+            async def send(message):
+                sent.append(message)
+
+            await app(scope, None, send)
+            return sent[0]["status"]
+
+        burst = [asyncio.create_task(request("203.0.113.7")) for _ in range(5)]
+        other = asyncio.create_task(request("203.0.113.8"))
+        while running["203.0.113.7"] < plugin.RUNNING_PER_CALLER or running["203.0.113.8"] < 1:
+            await asyncio.sleep(0)
+        for _ in range(100):  # the waiting three stay waiting
+            await asyncio.sleep(0)
+        assert running["203.0.113.7"] == plugin.RUNNING_PER_CALLER and running["203.0.113.8"] == 1
+        release.set()
+        statuses = await asyncio.gather(*burst, other)
+        return statuses, peak
+
+    statuses, peak = asyncio.run(burst())
+    assert statuses == [200] * 6 and peak["203.0.113.7"] == plugin.RUNNING_PER_CALLER == 2
