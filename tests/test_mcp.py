@@ -200,8 +200,9 @@ def test_ask_takes_prev_as_an_array_or_a_string(api):
     assert "(in the context of: carburetor rebuild, float height; idle)" in searched(["carburetor rebuild, float height",
                                                                                        "idle"])
     assert "(in the context of: carburetor rebuild; idle)" in searched("carburetor rebuild,idle")
-    schema = tools_by_name(api)["ask"]["inputSchema"]["properties"]["prev"]
-    assert schema["type"] == ["string", "array"] and schema["items"] == {"type": "string"}
+    properties = tools_by_name(api)["ask"]["inputSchema"]["properties"]
+    assert properties["prev"]["type"] == ["string", "array"] and properties["prev"]["items"] == {"type": "string"}
+    assert "mode" not in properties and "limit" not in properties  # list is the one mode served; top_k is the count
 
 
 @pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25"])
