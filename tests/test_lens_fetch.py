@@ -85,6 +85,9 @@ def test_public_addresses_pass_on_80_and_443_only(address):
     ("", "url"),
     ("https://exa mple.com/\x00", "control"),
     ("https:///path-only", "host"),
+    ("http://-a_.example.com/", "valid internet name"),
+    ("http://a..b.example/", "valid internet name"),
+    ("http://a_b.localhost/", ".localhost"),
 ])
 def test_url_rules_refuse_with_a_sentence(url, words):
     with pytest.raises(FetchRefused) as refused:
@@ -106,6 +109,9 @@ def test_url_normalisation():
     assert parse_target("https://bücher.example/").host == "xn--bcher-kva.example"
     assert parse_target("https://[2606:4700::1]/").url == "https://[2606:4700::1]/"
     assert parse_target("http:example.com").url == "http://example.com/"  # as WHATWG reads it
+    # underscores, as DNS and browsers allow them, where IDNA 2008 alone would refuse the name
+    assert parse_target("https://Sub_Domain.example.com/").host == "sub_domain.example.com"
+    assert parse_target("https://a_b.bücher.ch/").host == "a_b.xn--bcher-kva.ch"
     assert parse_target("https:/example.com/x").url == "https://example.com/x"
 
 
@@ -165,6 +171,12 @@ def test_fetch_sends_the_name_as_host_and_the_product_user_agent(web):
     assert headers["User-Agent"].startswith("AadharshBot/1.0 (+https://")
     assert "br" in headers["Accept-Encoding"] and "zstd" in headers["Accept-Encoding"]
     assert result.headers["x-frame-options"] == "DENY"
+
+
+def test_a_name_with_an_underscore_is_fetched_under_that_name(web):
+    resolver = lens_web.StubResolver({"under_score.test": ["127.0.0.1"]})
+    result = lens_web.loopback_fetcher(web, resolver).fetch(f"http://Under_Score.test:{web.port}/rich")
+    assert result.status == 200 and web.seen[-1][1]["Host"] == f"under_score.test:{web.port}"
 
 
 def test_a_name_that_resolves_public_then_private_is_connected_to_the_checked_address(web):

@@ -197,6 +197,7 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _BARE_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+-]*):(?!\d{1,5}(?:[/?#]|$))")
 _SCHEME_REFUSED = "Only http and https URLs can be inspected, not {}:."
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
+_UNDERSCORED_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 _QUERY_SAFE = _PATH_SAFE + "?"
 
@@ -249,6 +250,17 @@ def _with_scheme(text: str) -> str:
     return f"{bare.group(1)}://{text[bare.end():].lstrip('/')}"
 
 
+def _ascii_name(name: str) -> str:
+    """The name in ASCII, each label checked by IDNA 2008 (the idna package), except that an ASCII
+    label may hold underscores (sub_domain.example.com), as DNS and browsers allow."""
+    labels = [label.lower() if label.isascii() and "_" in label and _UNDERSCORED_LABEL.fullmatch(label)
+              else idna.encode(label, uts46=True).decode("ascii").lower() for label in name.split(".")]
+    ascii_name = ".".join(labels)
+    if len(ascii_name) > 253:
+        raise idna.IDNAError("Domain too long")
+    return ascii_name
+
+
 def _normalise_host(hostname: str, netloc: str) -> tuple[str, bool]:
     if not hostname:
         raise FetchRefused("The URL has no host name; send a full address such as https://example.com/.")
@@ -272,7 +284,7 @@ def _normalise_host(hostname: str, netloc: str) -> tuple[str, bool]:
         # 2130706433, 0x7f.1, 017700000001 and friends: addresses in disguise
         raise FetchRefused("The host is a numeric address in a non-standard form; write it as a dotted address or a name.")
     try:
-        ascii_name = idna.encode(name, uts46=True).decode("ascii").lower()
+        ascii_name = _ascii_name(name)
     except (idna.IDNAError, UnicodeError, ValueError):
         raise FetchRefused("The host name is not a valid internet name.") from None
     for suffix in DENIED_NAME_SUFFIXES:
