@@ -14,6 +14,7 @@ from servers import stop_thread
 from siteapi import db
 from siteapi.config import load_settings
 from siteapi.lens import cache, cloudflare, discovery, scan
+from siteapi.lens.fetch import FetchResult
 from siteapi.web import ApiError
 
 
@@ -339,3 +340,14 @@ def test_cloudflare_mode_sends_the_scanner_no_name_that_leads_inside(scanner, se
 def test_a_declared_sitemap_that_is_not_a_url_is_skipped():
     robots = "User-agent: *\nSitemap: http://[YOUR-DOMAIN]/sitemap.xml\nSitemap: /real.xml\n"
     assert discovery.declared_sitemaps(robots, "https://shop.example") == ["https://shop.example/real.xml"]
+
+
+@pytest.mark.parametrize("comment, entries", [(8_000, 2), (70_000, None)])
+def test_a_sitemap_is_recognised_past_a_long_leading_comment(comment, entries):
+    body = (b'<?xml version="1.0"?><!-- ' + b"x" * comment + b' --><urlset xmlns="http://www.sitemaps.org/schemas/'
+            b'sitemap/0.9"><url><loc>https://x.test/a</loc></url><url><loc>https://x.test/b</loc></url></urlset>')
+    url = "https://x.test/sitemap.xml"
+    result = FetchResult(url=url, final_url=url, status=200, headers={"content-type": "application/xml"}, body=body,
+                         raw_bytes=len(body), truncated=False, elapsed_ms=1)
+    probe = discovery.probe_result("sitemapXml", url, result)
+    assert probe["ok"] is (entries is not None) and probe.get("entries") == entries

@@ -277,7 +277,7 @@ _LOC = re.compile(rb"<loc>", re.I)
 def _sitemap_entries(result: FetchResult) -> int | None:
     if is_binary(result.body, result.content_type) or looks_html(result):
         return None
-    head = result.body[:4096].lower()
+    head = result.body[:65536].lower()  # past a long leading comment or stylesheet instruction
     if b"<urlset" not in head and b"<sitemapindex" not in head:
         return None
     return len(_LOC.findall(result.body))
