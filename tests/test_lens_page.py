@@ -194,6 +194,16 @@ def test_a_label_of_an_unsafe_encoding_decodes_to_one_replacement_character():
     assert page.decode_text(b"\x1b$)Cabc", "text/html; charset=iso-2022-kr", True) == ("\ufffd", "replacement")
 
 
+def test_jsonld_types_are_every_nodes_in_document_order_not_the_contexts():
+    block = json.dumps({"@context": {"@vocab": "https://schema.org/", "date": {"@type": "xsd:date"}}, "@graph": [
+        {"@type": "Organization"}, {"@type": ["WebPage", "ItemPage"], "mainEntity": {
+            "@type": "Product", "offers": [{"@type": "Offer"}, {"@type": "Offer"}]}},
+        {"@graph": [{"@type": "Person"}]}]})
+    body = f'<script type="application/ld+json">{block}</script>'.encode()
+    [entry] = page.analyse(body, "text/html", {}, "https://x.example/").structured["jsonld"]
+    assert entry["types"] == ["Organization", "WebPage", "ItemPage", "Product", "Offer", "Person"]
+
+
 @pytest.mark.parametrize("number", ["1e400", "-1e400", "1" + "0" * 400 + ".5"])
 def test_jsonld_number_beyond_a_double_is_invalid(number):
     block = f'{{"a": {number}, "@type": "Big"}}'

@@ -26,6 +26,7 @@ RAW_HTML_CHARS = 80_000
 TEXT_CHARS = 24_000
 MARKDOWN_CHARS = 80_000
 JSONLD_BLOCKS = 100
+JSONLD_TYPES = 100  # distinct @type values listed per block
 # Indenting repeats two spaces per level on every line, so the re-serialised text grows with the
 # square of the depth (100 blocks of 900 nested arrays, 184 KB, indented to 162 MB): a depth limit,
 # and caps on each block's text and on all of them.
@@ -418,26 +419,23 @@ def _indented(data, limit: int) -> tuple[str, bool]:
 
 
 def _jsonld_types(data) -> list[str]:
+    """Every node's @type in document order, once each: the top-level nodes', those of @graph
+    members and of nested nodes (a WebPage's mainEntity Product, its offers Offer ...), as rich
+    result testers list them; not the @context. Walked without recursion (the depth is bounded already)."""
     types: dict[str, None] = {}
-
-    def add(item):
-        if not isinstance(item, dict):
-            return
-        value = item.get("@type")
-        for t in (value if isinstance(value, list) else [value]):
-            if isinstance(t, str) and t:
-                types.setdefault(t[:200])
-        graph = item.get("@graph")
-        for member in (graph if isinstance(graph, list) else [graph]):
-            if isinstance(member, dict):
-                value = member.get("@type")
-                for t in (value if isinstance(value, list) else [value]):
-                    if isinstance(t, str) and t:
-                        types.setdefault(t[:200])
-
-    for item in (data if isinstance(data, list) else [data]):
-        add(item)
-    return list(types)
+    stack = [data]
+    while stack and len(types) < JSONLD_TYPES:
+        item = stack.pop()
+        if isinstance(item, dict):
+            value = item.get("@type")
+            for t in (value if isinstance(value, list) else [value]):
+                if isinstance(t, str) and t:
+                    types.setdefault(t[:200])
+            # a @context's term definitions type values ("@id", xsd:date), not nodes
+            stack.extend(reversed([v for k, v in item.items() if k != "@context"]))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return list(types)[:JSONLD_TYPES]
 
 
 def _rel_link(attrs: dict, base: str) -> dict | None:
