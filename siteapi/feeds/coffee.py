@@ -4,7 +4,8 @@ The job (every 5 minutes) fetches the feed at `SITE_CALENDAR_ICS_URL` (an http(s
 webcal:// one calendar apps publish, which means https://; any other scheme is refused), expands
 recurring events (RRULE, EXDATE, RECURRENCE-ID overrides) with recurring-ical-events, skips
 cancelled and transparent (free) events, and stores only start/end instants, never titles. All-day
-events block their whole UTC day (REFERENCE.md); floating times are read in the host's time zone.
+events block their whole UTC day (REFERENCE.md); floating times are read in the calendar's
+X-WR-TIMEZONE when it names one (as recurring-ical-events reads them), else in coffee_timezone.
 An event whose rule is broken, whose times lie too near year 1 or 9999 to move between zones, or
 that gives two values for a property it may give once (two DTSTARTs, say: which is meant cannot
 be known; the same value twice is read once) is skipped; the rest of the calendar still counts.
