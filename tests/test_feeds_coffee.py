@@ -529,3 +529,24 @@ def test_slots_where_the_clocks_change_inside_the_owners_hours(tmp_path, zone, d
         assert end.replace(tzinfo=None) <= dt.datetime.combine(start.date(), r["day_end"])
     for before, after in zip(slots, slots[1:]):
         assert after["startMs"] >= before["endMs"] + r["buffer"].total_seconds() * 1000
+
+
+def test_an_empty_calendar_is_believed_when_read_twice_in_a_row(tmp_path, feed):
+    """A provider's glitch answering an empty calendar would open every slot: the first empty read
+    keeps the busy times (and says so), a second in a row clears them; a full read in between resets."""
+    settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
+    run_calendar(settings, now=NOW)
+    before = read(settings, NOW)
+    full, feed.ics = feed.ics, calendar()
+    with pytest.raises(FeedError, match="came back empty where .* busy times lie ahead"):
+        run_calendar(settings, now=NOW + dt.timedelta(minutes=5))
+    assert read(settings, NOW) == before
+    feed.ics = full
+    run_calendar(settings, now=NOW + dt.timedelta(minutes=10))
+    feed.ics = calendar()
+    with pytest.raises(FeedError, match="came back empty"):
+        run_calendar(settings, now=NOW + dt.timedelta(minutes=15))
+    assert "0 busy intervals" in run_calendar(settings, now=NOW + dt.timedelta(minutes=20))
+    opened = read(settings, NOW + dt.timedelta(minutes=20))
+    assert len(opened["slots"]) > len(before["slots"])
+    assert "0 busy intervals" in run_calendar(settings, now=NOW + dt.timedelta(minutes=25))  # nothing ahead to keep

@@ -14,7 +14,8 @@ The expansion runs in a child process under a time limit (`[feeds] calendar_expa
 and a memory limit (`calendar_expand_mb`, 512): dateutil spends seconds on each rule that never
 matches or is hourly since centuries ago, and an event repeated thousands of times can take
 gigabytes. Past either limit the child is stopped and the calendar refused like any broken feed.
-The reader fails closed: a calendar older than 15 minutes, or never read, offers no slots.
+The reader fails closed: a calendar older than 15 minutes, or never read, offers no slots. A
+calendar that comes back empty while busy times lie ahead is believed only on the next read too.
 Slots are laid out on the local wall clock, so a daylight-saving change between days shifts their
 UTC instants but never drops or doubles one; where the clocks change inside the owner's hours, a
 slot still lasts its real length and never overlaps the one before.
@@ -55,9 +56,11 @@ CREATE TABLE IF NOT EXISTS coffee_calendar (
     checked_at TEXT NOT NULL,
     checked_ms INTEGER NOT NULL,
     busy_count INTEGER NOT NULL,
-    window_end TEXT NOT NULL
+    window_end TEXT NOT NULL,
+    empty_reads INTEGER NOT NULL DEFAULT 0
 );
 """
+ADDED_COLUMNS = {"coffee_calendar": {"empty_reads": "INTEGER NOT NULL DEFAULT 0"}}
 
 MAX_FEED_BYTES = 10_000_000
 MAX_BUSY = 5_000
@@ -355,15 +358,27 @@ def run_calendar(settings, now: dt.datetime | None = None) -> str:
                    r["expand_seconds"], r["expand_mb"])
     # isoformat, not strftime: glibc's %Y writes year 5 as "5"
     iso = lambda ms: dt.datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    now_ms = int(now.timestamp() * 1000)
     conn = db.writer(settings.db_path)
     try:
         with db.transaction(conn):
-            conn.execute("DELETE FROM coffee_busy")
-            conn.executemany("INSERT INTO coffee_busy VALUES (?, ?, ?, ?)", [(a, b, iso(a), iso(b)) for a, b in spans])
-            conn.execute("INSERT OR REPLACE INTO coffee_calendar VALUES (1, ?, ?, ?, ?)",
-                         (iso(now.timestamp() * 1000), int(now.timestamp() * 1000), len(spans), iso(window_end.timestamp() * 1000)))
+            ahead = conn.execute("SELECT count(*) FROM coffee_busy WHERE end_ms > ?", (now_ms,)).fetchone()[0]
+            state = conn.execute("SELECT empty_reads FROM coffee_calendar WHERE id = 1").fetchone()
+            if not spans and ahead and not (state and state[0]):
+                conn.execute("UPDATE coffee_calendar SET empty_reads = 1 WHERE id = 1")
+                suspect = ahead
+            else:
+                suspect = 0
+                conn.execute("DELETE FROM coffee_busy")
+                conn.executemany("INSERT INTO coffee_busy VALUES (?, ?, ?, ?)",
+                                 [(a, b, iso(a), iso(b)) for a, b in spans])
+                conn.execute("INSERT OR REPLACE INTO coffee_calendar VALUES (1, ?, ?, ?, ?, 0)",
+                             (iso(now_ms), now_ms, len(spans), iso(window_end.timestamp() * 1000)))
     finally:
         conn.close()
+    if suspect:  # a provider's glitch would open every slot: believed only when read twice in a row
+        raise FeedError(f"The calendar feed came back empty where {suspect} busy times lie ahead; they are kept "
+                        "until the next read finds it empty too.")
     return f"calendar read: {len(spans)} busy intervals until {iso(window_end.timestamp() * 1000)}"
 
 
