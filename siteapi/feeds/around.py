@@ -11,9 +11,9 @@ when the words a visitor reads change, so per-request noise in scripts and attri
 tokens) is no change, and `final_url` when the homepage lands somewhere else, not when its redirect
 target carries a new session id or cache-buster (`_place`). A run skipped for an unavailable
 robots.txt observed nothing, so it is shown in its snapshot but neither compared nor compared
-against. Crawls and changes older than 90 days are pruned. A crawl that reached no firm (each one
-failed or had no readable robots.txt) is an outage on our side: it fails and stores nothing, so
-the last snapshot stays and the radar stays quiet.
+against. Crawls and changes older than 90 days are pruned. A crawl that reached at most half of
+the firms (the rest failed or had no readable robots.txt) is taken for an outage on our side: it
+fails and stores nothing, so the last snapshot stays and the radar stays quiet.
 """
 from __future__ import annotations
 
@@ -326,17 +326,21 @@ def diff(before, after) -> tuple[str, list[dict]] | None:
 
 def run_around(settings, fetcher: Fetcher | None = None) -> str:
     """Job (daily): crawl the roster, store the snapshot and its changes, prune old history.
-    Raises FeedError, storing nothing, when no firm could be reached."""
+    Raises FeedError, storing nothing, when more than half of the firms could not be reached."""
     firms = roster(settings)
     fetcher = fetcher or fetcher_from_settings(settings)
     signed_with = fetcher.signer.key_id if fetcher.signer is not None else None
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
         rows = list(pool.map(lambda firm: crawl_firm(fetcher, firm), firms))
-    # A robots.txt that disallows us, or any homepage answer, means the firm was reached.
-    if rows and all(row["error"] or row["skipped"] == "robots_unavailable" for row in rows):
-        raise FeedError(f"The crawl reached none of the {len(rows)} firms (robots.txt unavailable or the homepage"
-                        " failed for each); the last snapshot stays.")
+    # A robots.txt that disallows us, or any homepage answer, means the firm was reached. Most firms
+    # unreached at once says more of our network than of theirs: storing it would record a change
+    # for each firm that day and another on recovery.
+    unreached = sum(1 for row in rows if row["error"] or row["skipped"] == "robots_unavailable")
+    if rows and unreached * 2 > len(rows):
+        reached = len(rows) - unreached
+        raise FeedError(f"The crawl reached {f'only {reached}' if reached else 'none'} of the {len(rows)} firms "
+                        "(robots.txt unavailable or the homepage failed for the rest); the last snapshot stays.")
     crawled_at = db.now_iso()
     cutoff = db.now_iso(ago_s=KEEP_DAYS * 86400)
     conn = db.writer(settings.db_path)
