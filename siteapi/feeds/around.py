@@ -11,7 +11,7 @@ when the words a visitor reads change, so per-request noise in scripts and attri
 tokens) is no change, and `final_url` when the homepage lands somewhere else, not when its redirect
 target carries a new session id or cache-buster (`_place`). A run skipped for an unavailable
 robots.txt observed nothing, so it is shown in its snapshot but neither compared nor compared
-against. Crawls and changes older than 90 days are pruned. A crawl that reached at most half of
+against. Crawls and changes older than 90 days are pruned. A crawl that reached fewer than half of
 the firms (the rest failed or had no readable robots.txt) is taken for an outage on our side: it
 fails and stores nothing, so the last snapshot stays and the radar stays quiet.
 """
