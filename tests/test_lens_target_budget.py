@@ -136,6 +136,19 @@ def test_answers_from_the_lens_caches_spend_nothing(settings, sites, checker, sc
         assert len(scanner.calls) == calls  # not forwarded to the scanner either
 
 
+def test_the_cdn_scanner_is_asked_at_most_the_budget_for_all_callers(settings, sites, checker, scanner):
+    """mode=cloudflare sends the target to a third party: its own site has a budget like any other."""
+    with lens_app(settings, sites, checker) as api:
+        for n, site in enumerate(("blog.test", "ready.test", "spa.test")):
+            assert fetch(api, sites.url(site, "/scanner"), f"203.0.113.6{n}", mode="cloudflare").json()["available"]
+        calls = len(scanner.calls)
+        r = fetch(api, sites.url("paid.test", "/scanner"), "203.0.113.69", mode="cloudflare")
+        assert r.status_code == 429 and r.json()["code"] == "target_rate_limited" and r.json()["ok"] is False
+        assert f"asks the agent-readiness scanner at 127.0.0.1 at most {BUDGET} times" in r.json()["error"]
+        assert r.headers["RateLimit"] == f'"lens_target";r=0;t={r.headers["Retry-After"]}'
+        assert len(scanner.calls) == calls  # not asked
+
+
 def test_compare_spends_for_each_side_before_either_fetches(settings, sites, checker):
     with lens_app(settings, sites, checker) as api:
         for _ in range(BUDGET):

@@ -83,6 +83,7 @@ def level(url: str | None, settings, conn: sqlite3.Connection | None = None, fet
     if cached:
         return {**base, **cached, "fromCache": True}
     fetcher = targets.spending(fetcher, budget, target)
+    targets.spend_on_scanner(budget, conf["cloudflare_scanner_url"])
     try:  # the scanner fetches from its own network, but a name that leads inside is still not sent out
         fetcher.check_addresses(target)
     except (FetchRefused, FetchFailed) as failed:

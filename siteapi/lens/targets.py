@@ -3,7 +3,8 @@
 A fresh scan is lens work for a caller that goes out to the network: `/lens/fetch` in every phase
 and mode, each side of `/lens/compare.json`, an MCP snapshot capture or compare. It spends one unit
 of the budget of each site it sends a request to: the target's before the first request, and any
-other site (a redirect's, a declared sitemap's) before the first hop to it. Answers from the lens
+other site (a redirect's, a declared sitemap's) before the first hop to it; mode=cloudflare spends
+the target's unit and one of the CDN scanner's own site, which it asks. Answers from the lens
 caches spend nothing; a scan whose discovery is cached still fetches the page and spends. The
 owner's jobs (the census) pass no budget.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import threading
+from urllib.parse import urlsplit
 
 from publicsuffixlist import PublicSuffixList
 
@@ -81,6 +83,20 @@ class Visits:
 def refusal(spent: TargetSpent) -> ApiError:
     return ApiError(429, str(spent), code="target_rate_limited", ok=False, retry_after=spent.retry_after,
                     limit=spent.decision)
+
+
+def spend_on_scanner(budget: TargetBudget | None, scanner_url: str) -> None:
+    """One unit of the CDN scanner's own site (mode=cloudflare): a third party asked on behalf of
+    every caller is a site like any other. ApiError 429 when spent."""
+    if budget is None:
+        return
+    site = site_of((urlsplit(scanner_url).hostname or "").rstrip("."))
+    decision = budget.spend(site)
+    if not decision.allowed:
+        raise ApiError(429, f"The lens asks the agent-readiness scanner at {_described(site)} at most "
+                       f"{decision.policy.quota} times in {decision.policy.window} seconds for all its callers "
+                       f"together; retry in {decision.retry_after} seconds.", code="target_rate_limited", ok=False,
+                       retry_after=decision.retry_after, limit=decision)
 
 
 def spending(fetcher: Fetcher, budget: TargetBudget | None, target: Target) -> Fetcher:
