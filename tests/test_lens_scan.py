@@ -351,3 +351,16 @@ def test_a_sitemap_is_recognised_past_a_long_leading_comment(comment, entries):
                          raw_bytes=len(body), truncated=False, elapsed_ms=1)
     probe = discovery.probe_result("sitemapXml", url, result)
     assert probe["ok"] is (entries is not None) and probe.get("entries") == entries
+
+
+@pytest.mark.parametrize("body, content_type", [
+    ("\ufeff# Café “notes”\n\n> For agents.\n".encode("utf-16-le"), "text/plain"),  # BOM: UTF-16
+    ("# Café “notes”\n\n> For agents.\n".encode("cp1252"), "text/plain; charset=iso-8859-1"),
+    ("# Café “notes”\n\n> For agents.\n".encode("cp1252"), "text/plain"),  # not UTF-8: windows-1252
+])
+def test_a_text_document_is_decoded_by_its_bom_or_charset(body, content_type):
+    url = "https://x.test/llms.txt"
+    result = FetchResult(url=url, final_url=url, status=200, headers={"content-type": content_type}, body=body,
+                         raw_bytes=len(body), truncated=False, elapsed_ms=1)
+    probe = discovery.probe_result("llmsTxt", url, result)
+    assert probe["ok"] is True and probe["body"].startswith("# Café “notes”")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .fetch import FetchFailed, Fetcher, FetchRefused, FetchResult, join_url, parse_target
-from .page import is_binary, mime_of
+from .page import decode_text, is_binary, mime_of
 from .terms import robots_field, robots_lines
 
 PROBE_BODY_CHARS = 2_000          # a probe's `body` in the observation
@@ -82,22 +82,21 @@ def looks_html(result: FetchResult) -> bool:
 
 
 def plain_text(result: FetchResult) -> str | None:
-    """The body as text when it is text and not an HTML page, else None."""
-    if looks_html(result) or _binary(result, result.content_type):
+    """The body as text when it is text and not an HTML page, else None. Decoded as browsers decode
+    it (a BOM, the charset: page.decode_text), so a UTF-16 or Latin-1 llms.txt reads as written;
+    robots.txt and JSON are UTF-8 by their specifications (body_text)."""
+    if looks_html(result) or is_binary(result.body, result.content_type):
         return None
-    return body_text(result)
+    text = decode_text(result.body, result.content_type, sniff_meta=False)[0]
+    return None if "\x00" in text[:8192] else text
 
 
 def robots_text(result: FetchResult) -> str | None:
     """robots.txt as crawlers read it (RFC 9309): any body that is not binary, whatever its
     Content-Type; None for a binary body, or one whose content coding could not be undone (its
     empty stand-in would read as a file without rules: everything allowed, whatever it said)."""
-    return None if result.body_unreadable or _binary(result, "") else body_text(result)
-
-
-def _binary(result: FetchResult, content_type: str) -> bool:
-    """Binary by `content_type` (empty: by the body alone) or by a NUL anywhere in the first 8 KB."""
-    return is_binary(result.body, content_type) or b"\x00" in result.body[:8192]
+    binary = is_binary(result.body, "") or b"\x00" in result.body[:8192]  # by the body alone
+    return None if result.body_unreadable or binary else body_text(result)
 
 
 def json_body(result: FetchResult):
