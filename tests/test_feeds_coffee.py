@@ -550,3 +550,14 @@ def test_an_empty_calendar_is_believed_when_read_twice_in_a_row(tmp_path, feed):
     opened = read(settings, NOW + dt.timedelta(minutes=20))
     assert len(opened["slots"]) > len(before["slots"])
     assert "0 busy intervals" in run_calendar(settings, now=NOW + dt.timedelta(minutes=25))  # nothing ahead to keep
+
+
+@pytest.mark.parametrize("start", ["DTSTART;TZID=America/New_York:20270311T100000", "DTSTART:20270311T150000Z"])
+def test_a_date_until_on_a_timed_series_keeps_its_last_day(tmp_path, feed, start):
+    """RFC 5545 forbids a DATE UNTIL with a DATE-TIME start; calendar apps end such a series after
+    that whole day, and so does the job (it had ended at 00:00, dropping the 13th)."""
+    settings = settings_for(tmp_path, coffee_max_per_day=99, coffee_max_per_week=99)
+    feed.ics = calendar(event("daily", start, "DURATION:PT1H", "RRULE:FREQ=DAILY;UNTIL=20270313"))
+    run_calendar(settings, now=NOW)
+    assert [a for a, _ in stored_busy(settings)] == ["2027-03-11T15:00:00Z", "2027-03-12T15:00:00Z",
+                                                     "2027-03-13T15:00:00Z"]

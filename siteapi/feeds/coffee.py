@@ -175,6 +175,24 @@ def _drop_dates_out_of_reach(event, zone: ZoneInfo) -> None:
                 dates.dts = [date for date in dates.dts if not _out_of_reach(date.dt, zone)]
 
 
+def _until_the_whole_day(event) -> None:
+    """A DATE UNTIL on a series of DATE-TIME starts (RFC 5545 forbids the mix) ends the series after
+    that whole day, as calendar apps read it, rather than at its 00:00, which dropped its last
+    occurrence and so opened a slot over it."""
+    try:
+        start = event["DTSTART"].dt
+        rules = event.get("RRULE")
+        if not isinstance(start, dt.datetime):
+            return
+        for rule in rules if isinstance(rules, list) else [rules] if rules is not None else []:
+            until = rule.get("UNTIL") or [None]
+            if isinstance(until[0], dt.date) and not isinstance(until[0], dt.datetime):
+                last = dt.datetime.combine(until[0], dt.time(23, 59, 59))
+                rule["UNTIL"] = [last.replace(tzinfo=start.tzinfo).astimezone(UTC) if start.tzinfo else last]
+    except Exception:  # a broken property raises on any access; the expansion skips its series
+        return
+
+
 def _repeats_within_the_hour(event) -> bool:
     """True when one of an event's RRULEs (there may be several) repeats more than once an hour: by
     FREQ=SECONDLY or MINUTELY, or by listing several BYSECOND or BYMINUTE values (a daily rule that
@@ -228,6 +246,7 @@ def busy_intervals(ics: bytes, zone: ZoneInfo, start: dt.datetime, end: dt.datet
             for name in set(component) - EVENT_PROPERTIES:
                 del component[name]
             _drop_dates_out_of_reach(component, zone)
+            _until_the_whole_day(component)
             component.subcomponents = []  # alarms
     spans = []
     try:
