@@ -360,7 +360,7 @@ def _term_share(words: list[str], page) -> float:
     for word in words:
         pattern = search.stems_pattern([word])
         got += sum(weight for weight, part in ((8, page["title"]), (4, page["description"]), (1, page["text"]))
-                   if pattern.search((part or "").lower()))
+                   if pattern.search(search.fold(part or "")))
     return got / (13 * len(words)) if words else 0.0
 
 

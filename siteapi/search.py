@@ -56,16 +56,42 @@ def terms(query: str) -> list[str]:
     return list(dict.fromkeys(kept or raw))
 
 
+def _base_letter(char: str) -> str:
+    decomposed = unicodedata.normalize("NFKD", char)[0]
+    return decomposed if decomposed.isascii() else char
+
+
+# Latin letters with diacritics as their base letter, one character for one, as the index's
+# unicode61 tokenizer reads them (café matches cafe): offsets in folded text are the text's own.
+_FOLD = str.maketrans({chr(c): _base_letter(chr(c)) for c in range(0xC0, 0x250) if _base_letter(chr(c)) != chr(c)})
+
+
+def fold(text: str) -> str:
+    """`text` lowercased with Latin diacritics dropped, each character still one character."""
+    return text.translate(_FOLD).lower()
+
+
+def _stem(word: str) -> str:
+    """A prefix the index's porter stem of `word` starts with, near enough: longer words lose up to
+    three letters, short ones a plural or past ending (bikes → bik, mixes → mix, books → book)."""
+    if len(word) > 5:
+        return word[: max(4, len(word) - 3)]
+    for ending in ("es", "ed", "s"):
+        if word.endswith(ending) and len(word) - len(ending) >= 3:
+            return word[: -len(ending)]
+    return word
+
+
 def stems_pattern(words: list[str]) -> re.Pattern:
-    """Matches the start of any term's stem at a word boundary, in lowercase text."""
-    stems = sorted({w[: max(4, len(w) - 3)] if len(w) > 5 else w for w in words}, key=len, reverse=True)
+    """Matches the start of any term's stem at a word boundary, in `fold`ed text."""
+    stems = sorted({_stem(fold(w)) for w in words}, key=len, reverse=True)
     return re.compile(r"\b(?:" + "|".join(map(re.escape, stems)) + ")")
 
 
 def snippet(text: str, pattern: re.Pattern) -> str:
     """At most 220 chars from about 70 before the earliest match of a term (or its stem), with … on
     cut sides; a cut falls between words, never inside one."""
-    match = pattern.search(text.lower())
+    match = pattern.search(fold(text))
     start = max(0, match.start() - SNIPPET_BEFORE) if match else 0
     if start > 0 and not text[start - 1].isspace():
         space = text.find(" ", start, match.start())

@@ -1,6 +1,9 @@
 """/search.json on the real server: terms, ranking, limits, snippets, bad input."""
+import re
+
 import pytest
 
+from siteapi import search
 from siteapi.search import MAX_TERMS, terms
 
 
@@ -28,6 +31,18 @@ def test_snippet_is_around_the_first_match(api):
     body = api.get("/search.json?q=valve clearances").json()
     snippet = body["results"][0]["snippet"]
     assert len(snippet) <= 222 and ("valve" in snippet.lower() or "clearance" in snippet.lower())
+
+
+@pytest.mark.parametrize("q, shown", [("bikes", "bike"), ("walks", "walk"), ("books", "book"), ("cafe", "café")])
+def test_the_snippet_shows_a_match_found_by_stem_or_without_its_accent(api, q, shown):
+    """The index matches plurals by their porter stem and letters without their accents (unicode61):
+    the snippet finds those matches too, rather than starting at the page's first word."""
+    results = api.get("/search.json", params={"q": q, "limit": 50}).json()["results"]
+    assert results
+    for result in results:
+        if search.fold(shown) in search.fold(f"{result['title']} {result['description']}"):
+            continue  # matched in the title or description, maybe not in the text
+        assert re.search(rf"\b{search.fold(shown)}", search.fold(result["snippet"])), (result["url"], result["snippet"])
 
 
 def test_snippets_are_cut_between_words(api, site_settings):
