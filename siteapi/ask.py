@@ -17,11 +17,11 @@ import sqlite3
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 import numpy as np
 
-from siteapi import ranker, search
+from siteapi import pages, ranker, search
 from siteapi.web import ApiError, clamp_int
 
 log = logging.getLogger(__name__)
@@ -349,7 +349,7 @@ def _model_results(hits: list[tuple[str, int]], searched: str, settings, conn: s
         page = conn.execute("SELECT title, description, kind, text FROM pages WHERE path = ?", (path,)).fetchone()
         if page is None:  # deleted since the vectors were written; the content job drops it next run
             continue
-        yield result(settings, settings.url(path), page["title"], page["kind"], score,
+        yield result(settings, pages.page_url(settings, path), page["title"], page["kind"], score,
                      search.snippet(page["text"], pattern) or page["description"], page["description"])
 
 
@@ -372,10 +372,12 @@ def _lexical_results(found: dict, searched: str, settings, conn: sqlite3.Connect
     if not rows:
         return
     best = conn.execute("SELECT title, description, text FROM pages WHERE path = ?",
-                        (rows[0]["url"].removeprefix(settings.public_base_url) or "/",)).fetchone()
+                        (unquote(rows[0]["url"].removeprefix(settings.public_base_url)) or "/",)).fetchone()
     top = 100 * (_term_share(search.terms(searched), best) if best else 1.0)
     for row in rows:
-        score = max(1, min(100, round(top * row["score"] / (rows[0]["score"] or 1.0))))
+        # bm25 can be 0 for all (a term on half the pages of a tiny site): then each scores as the best
+        relative = row["score"] / rows[0]["score"] if rows[0]["score"] > 0 else 1.0
+        score = max(1, min(100, round(top * relative)))
         yield result(settings, row["url"], row["title"], row["kind"], score,
                      row.get("snippet") or row.get("description") or "", row.get("description") or "")
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 import re
 import sqlite3
 import unicodedata
+from urllib.parse import quote
 
 from siteapi import db
+from siteapi.pages import URL_SAFE
 from siteapi.web import ApiError, Reply, cached_json, clamp_int
 
 MAX_QUERY = 160
@@ -134,7 +136,7 @@ def rank(conn: sqlite3.Connection, words: list[str], limit: int, base_url: str) 
     pattern = stems_pattern(words)
     results = [
         {
-            "url": base_url + row["path"],
+            "url": base_url + quote(row["path"], safe=URL_SAFE),  # as the sitemap spells it: a URI
             "title": row["title"],
             "kind": row["kind"],
             "description": row["description"],

@@ -1,4 +1,5 @@
 """The content job: incremental indexing, deletions, broken front matter, job_runs."""
+import dataclasses
 import html
 import json
 import os
@@ -454,3 +455,28 @@ def test_the_plain_text_of_every_page_is_unchanged_by_the_linear_tag_scan(tmp_pa
         found = requests.get(base + "/search.json", params={"q": "zanzibar"}, timeout=30).json()
         assert [r["url"] for r in found["results"]] == ["https://aadhar.sh/tagged"], found
         assert requests.get(base + "/search.json", params={"q": "span class"}, timeout=30).json()["results"] == []
+
+
+def test_a_page_path_beyond_ascii_is_named_by_a_uri_everywhere(tmp_path):
+    """Search, /ask (both rankers) and the sitemap spell such a path alike, percent-encoded: a URI."""
+    content = tmp_path / "content"
+    (content / "writing").mkdir(parents=True)
+    (content / "writing" / "creme.md").write_text(page_text("Crème brûlée zanzibarite notes",
+                                                            "/writing/crème-brûlée(notes)", "writing"))
+    (content / "writing" / "other.md").write_text(page_text("Other", "/writing/other", "writing"))
+    settings = make_settings(tmp_path, content_dir=content)
+    assert jobs.run_job(settings, "content")[0]
+    url = settings.public_base_url + "/writing/cr%C3%A8me-br%C3%BBl%C3%A9e%28notes%29"
+    lexical = dataclasses.replace(settings, sections={**settings.sections,
+                                                      "ask": {**settings.section("ask"), "deadline_ms": 0}})
+    for served, ranking in ((settings, "model"), (lexical, "lexical")):
+        with serve_wsgi(make_app(served).wsgi) as base:
+            assert requests.get(base + "/search.json?q=zanzibarite", timeout=30).json()["results"][0]["url"] == url
+            asked = requests.get(base + "/ask", params={"query": "zanzibarite quokka", "streaming": "0"},
+                                 timeout=30).json()
+            assert asked["_meta"]["ranking"].startswith(ranking)
+            assert asked["results"][0]["url"] == asked["results"][0]["schema_object"]["url"] == url
+            if ranking == "lexical":  # the page read back by its path holds one term of two: 50
+                assert asked["results"][0]["score"] == 50
+            assert f"<loc>{url}</loc>" in requests.get(base + "/sitemap.xml", timeout=30).text
+            assert requests.get(url.replace(settings.public_base_url, base), timeout=30).status_code == 200
