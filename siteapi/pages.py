@@ -36,6 +36,8 @@ MARKDOWN_TYPE = "text/markdown; charset=utf-8"
 # is %-escaped, so that the URL is one in a sitemap and ends where a Markdown link or autolink says.
 URL_SAFE = "/!$&*+,;=:@~"
 _LINK_TEXT_SPECIALS = re.compile(r"([\\\[\]])")
+# What makes inline Markdown of plain text: links, images, emphasis, code, HTML and autolinks.
+_INLINE_SPECIALS = re.compile(r"([\\`*_\[\]()<>!#|~])")
 # The HTML blocks that end only at a closing string, not at a blank line (CommonMark 4.6, kinds 1-5),
 # with the line that closes each.
 _HTML_BLOCK_ENDS = ((re.compile(r"<(script|pre|style|textarea)(?=[\s>]|$)", re.I), "</{}>"), (re.compile(r"<!--"), "-->"),
@@ -281,7 +283,9 @@ def render_error(settings, fmt: str, body: dict, path: str) -> tuple[str, str, d
     """A 404 as Markdown or HTML, with its extra headers; JSON is handled by the web layer."""
     links = body.get("suggestions") or []
     if fmt == "markdown":
-        text = f"# Not found\n\n{body['error']}\n\n" + "".join(f"- <{u}>\n" for u in links)
+        # the sentence quotes the path asked for, which is anyone's text: shown, never rendered
+        sentence = _INLINE_SPECIALS.sub(r"\\\1", body["error"])
+        text = f"# Not found\n\n{sentence}\n\n" + "".join(f"- <{u}>\n" for u in links)
         text += f"\nSee also the [sitemap]({settings.url('/sitemap.xml')}).\n"
         return MARKDOWN_TYPE, text, {"x-markdown-tokens": str(tokens.count(text))}
     items = "".join(f'<li><a href="{html.escape(u)}">{html.escape(u)}</a></li>' for u in links)

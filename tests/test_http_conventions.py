@@ -6,6 +6,7 @@ import json
 import html5lib
 import pytest
 import requests
+from markdown_it import MarkdownIt
 
 from app import make_app
 from conftest import make_settings
@@ -21,6 +22,14 @@ def test_unknown_json_path_is_a_json_404_with_suggestions(api):
     assert "/serch.json" in body["error"] and body["hint"] and body["docs"].endswith("/developers")
     assert body["suggestions"][0].endswith("/search.json")
     assert all(u.startswith("https://") for u in body["suggestions"])
+
+
+def test_the_markdown_404_shows_the_path_asked_for_without_rendering_it(api):
+    r = api.get("/%5Bclick%20here%5D(https:%2F%2Fevil.example%2F)**bold**", headers={"Accept": "text/markdown"})
+    assert r.status_code == 404
+    rendered = MarkdownIt("commonmark").render(r.text)
+    assert "evil.example" in rendered and 'href="https://evil.example/"' not in rendered and "<strong>" not in rendered
+    assert "Nothing lives at /[click here](https://evil.example/)**bold**." in rendered
 
 
 def test_unknown_page_404_follows_accept(api):
