@@ -128,7 +128,8 @@ def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str, route
     page as canonical. The HTML names the twin unless an app route answers the twin's path."""
     twin = path.endswith(".md")
     lookup = ("/" if path == TWIN_OF_HOME else path[:-3]) if twin else path
-    row = page_row(conn, lookup)
+    # "/.md" is no page's path plus .md: the home page's twin is /index.md alone
+    row = None if twin and lookup.endswith("/") and path != TWIN_OF_HOME else page_row(conn, lookup)
     if row is None:
         raise ApiError(404, f"There is no page at {path}.", code="not_found")
     if twin or wants_markdown(accept):

@@ -32,6 +32,11 @@ def test_the_markdown_404_shows_the_path_asked_for_without_rendering_it(api):
     assert "Nothing lives at /[click here](https://evil.example/)**bold**." in rendered
 
 
+def test_the_home_pages_twin_is_index_md_alone(api):
+    assert api.get("/index.md").status_code == 200
+    assert api.get("/.md").status_code == 404
+
+
 def test_unknown_page_404_follows_accept(api):
     as_html = api.get("/writting/carb", headers={"Accept": "text/html"})
     assert as_html.status_code == 404 and as_html.headers["Content-Type"].startswith("text/html")
