@@ -24,7 +24,7 @@ from siteapi.lens.fetch import Fetcher, fetcher_from_settings
 from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter, lens_target_budget, lens_work_slots
 from siteapi.search import search_endpoint
-from siteapi.web import (DOC_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller,
+from siteapi.web import (DOC_CACHE, ERROR_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller,
                          etag_matches, header, params, range_applies, wants_markdown, with_etag)
 
 
@@ -247,19 +247,20 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         return pages.suggest(path, known, settings.public_base_url)
 
     R = site.route
-    R("/search.json", search)
+    R("/search.json", search, error_cache=ERROR_CACHE)
     R("/ask", ask_site, methods=("GET", "POST"), cache=NO_STORE)
     R("/resume.json", resume_as_json)
     R("/resume.md", resume_as_markdown)
     R("/resume.pdf", resume_as_pdf)
-    R("/photos/query.json", photo_query)
-    R("/images/manifest.json", photo_manifest)
+    R("/photos/query.json", photo_query, error_cache=ERROR_CACHE)
+    R("/images/manifest.json", photo_manifest, error_cache=ERROR_CACHE)
     R("/images/<path:path>", image_file, cache=photos.THUMBNAIL_CACHE, may_not_exist=True)
-    R("/rn/tracks", now_playing, cache="public, max-age=3600, s-maxage=3600", error_fields={"tracks": []})
+    R("/rn/tracks", now_playing, cache="public, max-age=3600, s-maxage=3600", error_fields={"tracks": []},
+      error_cache=ERROR_CACHE)
     R("/around/json", neighborhood, cache="public, max-age=60, s-maxage=300")
     R("/around/changes.json", change_radar, cache="public, max-age=60, s-maxage=300", error_fields=NOT_OK)
     R("/coffee/availability.json", coffee_slots, options=False, cache="public, max-age=0, s-maxage=30")
-    R("/ledger.json", crawl_ledger, error_fields=NOT_OK)
+    R("/ledger.json", crawl_ledger, error_fields=NOT_OK, error_cache=ERROR_CACHE)
     lens_slots = lens_work_slots(settings)
     R("/lens/fetch", lens_fetch, policy="inspect", cache=NO_STORE, error_fields=NOT_OK, slots=lens_slots)
     R("/lens/compare.json", lens_compare, policy="compare", cache=NO_STORE, error_fields=NOT_OK, slots=lens_slots)

@@ -30,6 +30,9 @@ log = logging.getLogger("siteapi")
 
 JSON_CACHE = "public, max-age=300, s-maxage=600"
 NO_STORE = "no-store"
+# REFERENCE: the JSON endpoints' errors (a 400 for a missing q is the same a minute later); over a
+# limit (429) and faults on our side (5xx) are never stored.
+ERROR_CACHE = "public, max-age=30, must-revalidate"
 PAGE_CACHE = "public, max-age=0, s-maxage=86400, stale-while-revalidate=604800"
 DOC_CACHE = "public, max-age=3600"
 MOVED_CACHE = "public, max-age=86400"  # a trailing slash's 308
@@ -285,13 +288,14 @@ class Site:
     def route(self, rule: str, handler: Callable, methods: Iterable[str] = ("GET",), policy: str = "read",
               cache: str = JSON_CACHE, options: bool = True, may_not_exist: bool = False,
               error_fields: dict | None = None, slots: WorkSlots | None = None,
-              error_body: Callable[[dict], Any] | None = None) -> None:
+              error_body: Callable[[dict], Any] | None = None, error_cache: str = NO_STORE) -> None:
         """`may_not_exist`: the rule is a template whose handler raises a 404 for a path that names
         nothing; it is then asked first for OPTIONS and unserved methods. `error_fields`: what every
         error body of the route carries, its 405 and 429 included (`ok: false`, `tracks: []`).
         `slots`: the handler runs holding one (a 429 when the caller holds its share, a 503 when
         the process is at its total). `error_body`: turns every error body of the route into the
-        JSON it sends instead, status and headers kept (/mcp: a JSON-RPC error response)."""
+        JSON it sends instead, status and headers kept (/mcp: a JSON-RPC error response).
+        `error_cache`: the Cache-Control of its 4xx answers but 429 (ERROR_CACHE, or no-store)."""
         allowed = list(dict.fromkeys(m.upper() for m in methods))
         if "GET" in allowed and "HEAD" not in allowed:
             allowed.insert(allowed.index("GET") + 1, "HEAD")
@@ -302,7 +306,7 @@ class Site:
 
         def endpoint(**url_args):
             return self.serve(handler, url_args, tuple(allowed), policy, cache, may_not_exist, error_fields or {}, slots,
-                              error_body)
+                              error_body, error_cache)
 
         self.app.route(rule, method="ANY", callback=endpoint)
 
@@ -367,7 +371,7 @@ class Site:
 
     # -- serving ---------------------------------------------------------------------------------
     def serve(self, handler, url_args, allowed, policy, cache, may_not_exist=False, error_fields=None, slots=None,
-              error_body=None):
+              error_body=None, error_cache=NO_STORE):
         request, response = bottle.request, bottle.response
         method = request.method.upper()
         version = header("API-Version", None)
@@ -407,7 +411,8 @@ class Site:
         except ApiError as exc:
             if exc.limit is not None:
                 self._over_limit(exc.limit)
-            return self._error(exc, error_fields, error_body)
+            stored = error_cache if 400 <= exc.status < 500 and exc.status != 429 else NO_STORE
+            return self._error(exc, error_fields, error_body, stored)
         except sqlite3.Error as exc:  # site.db missing, emptied, damaged or unreadable until the jobs rebuild it
             log.error("site.db could not be read on %s %s: %s", method, request.path, exc)
             return self._error(ApiError(503, "The site's database cannot be read right now; try again in a minute.",
@@ -462,7 +467,8 @@ class Site:
         for name, value in headers.items():
             bottle.response.set_header(name, value)
 
-    def _error(self, exc: ApiError, error_fields: dict | None = None, error_body: Callable[[dict], Any] | None = None):
+    def _error(self, exc: ApiError, error_fields: dict | None = None, error_body: Callable[[dict], Any] | None = None,
+               cache: str = NO_STORE):
         request, response = bottle.request, bottle.response
         body = {**(error_fields or {}), **exc.body}
         if exc.status == 404:
@@ -471,7 +477,7 @@ class Site:
             body.setdefault("suggestions", self.suggest(request.path))
         body.setdefault("docs", self.settings.url(DOCS_PATH))
         response.status = exc.status
-        self._send_headers({"Cache-Control": NO_STORE, **exc.headers})
+        self._send_headers({"Cache-Control": cache, **exc.headers})
         if error_body is not None:
             response.content_type = "application/json"
             return json_bytes(error_body(body))

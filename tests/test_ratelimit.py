@@ -39,6 +39,7 @@ def test_quota_is_exact_under_concurrency(site_settings, checker):
         assert 1 <= int(refused.headers["Retry-After"]) <= 60
         assert refused.headers["RateLimit-Policy"] == '"read";q=25;w=60'
         assert refused.headers["RateLimit"].startswith('"read";r=0;t=')
+        assert refused.headers["Cache-Control"] == "no-store"  # unlike the route's other 4xx, never kept
 
         other = requests.get(base + "/search.json?q=garage", headers={"X-Forwarded-For": "198.51.100.9"}, timeout=30)
         assert other.status_code == 200 and other.headers["RateLimit"].startswith('"read";r=24;')
