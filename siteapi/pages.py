@@ -123,6 +123,9 @@ def markdown_reply(text: str, cache: str = PAGE_CACHE) -> Reply:
                  headers={"Vary": "Accept", "x-markdown-tokens": str(tokens.count(text))})
 
 
+NEGOTIATED_CACHE = "no-store, must-revalidate"
+
+
 def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str, routed: Callable[[str], bool]) -> Reply:
     """A content page at its path (HTML, or Markdown when asked), or its `.md` twin, which names the
     page as canonical. The HTML names the twin unless an app route answers the twin's path."""
@@ -132,11 +135,12 @@ def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str, route
     row = None if twin and lookup.endswith("/") and path != TWIN_OF_HOME else page_row(conn, lookup)
     if row is None:
         raise ApiError(404, f"There is no page at {path}.", code="not_found")
-    if twin or wants_markdown(accept):
+    if twin:
         reply = markdown_reply(page_markdown(row))
-        if twin:
-            reply.headers["Link"] = canonical_link(settings, lookup)
+        reply.headers["Link"] = canonical_link(settings, lookup)
         return reply
+    if wants_markdown(accept):  # as REFERENCE: a cache that ignores Vary must not hand it to a browser
+        return markdown_reply(page_markdown(row), cache=NEGOTIATED_CACHE)
     body = _render_body(row["body"])
     markdown_path = None if routed(twin_path(lookup)) else twin_path(lookup)
     text = html_page(settings, row["title"], row["description"], body, lookup, markdown_path)

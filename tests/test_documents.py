@@ -118,6 +118,9 @@ def test_markdown_negotiation_follows_q_values(api, accept, markdown):
     assert r.headers["Content-Type"].startswith("text/markdown" if markdown else "text/html")
     if markdown:
         assert int(r.headers["x-markdown-tokens"]) == tokens.count(r.text)
+        assert r.headers["Cache-Control"] == "no-store, must-revalidate"  # REFERENCE: caches that ignore Vary
+    else:
+        assert r.headers["Cache-Control"].startswith("public")
 
 
 def test_llms_txt_follows_the_format(api):
