@@ -3,9 +3,12 @@
     python jobs.py              run the scheduler (APScheduler BlockingScheduler) until Ctrl-C
     python jobs.py run NAME     run one job now and print its summary
     python jobs.py list         list the jobs and their schedules
+    python jobs.py status       each job's last run: when, ok or failed, its summary or error
 
 Each job does its network and parsing outside any transaction, writes in one short transaction,
 and returns a summary line; a failure is recorded in `job_runs` and leaves the last good data.
+When a run leaves site.db a new file (rebuilt where it was missing or emptied), the scheduler runs
+every job at once to fill it.
 
 A job runs in one process at a time and the scheduler once per site.db, whoever starts them
 (`make run`, systemd, a hand): each holds an exclusive lock on a file beside site.db
@@ -15,13 +18,14 @@ an unfinished run of its job in `job_runs` knows that run died, and closes it as
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Callable
 
 from apscheduler.triggers.cron import CronTrigger
@@ -67,17 +71,12 @@ JOBS: dict[str, Job] = {
 }
 
 
-def lock_path(settings: Settings, holder: str) -> Path:
-    """The lock file of a job (`job-photos`) or of the scheduler, beside site.db."""
-    return Path(f"{settings.db_path}-{holder}.lock")
-
-
 def run_job(settings: Settings, name: str) -> tuple[bool, str]:
     """Run one job, recording it in job_runs; returns (ok, summary or error). A job already
     running elsewhere is not run again; a site.db that cannot be used fails the run with a
     sentence (recorded when site.db can still take it)."""
     try:
-        lock = db.try_lock(lock_path(settings, f"job-{name}"))
+        lock = db.try_lock(db.lock_path(settings.db_path, f"job-{name}"))
     except OSError as exc:
         return _failed(name, db.storage_problem(settings.db_path, exc))
     if lock is None:
@@ -146,7 +145,7 @@ def schedule(settings: Settings) -> int:
     from apscheduler.schedulers.blocking import BlockingScheduler
 
     try:
-        lock = db.try_lock(lock_path(settings, "scheduler"))
+        lock = db.try_lock(db.lock_path(settings.db_path, "scheduler"))
     except OSError as exc:
         print(f"jobs: {db.storage_problem(settings.db_path, exc)}", file=sys.stderr)
         return 1
@@ -169,14 +168,42 @@ def schedule(settings: Settings) -> int:
         except (sqlite3.Error, OSError) as exc:  # every job runs now, and fails with this sentence until it is fixed
             log.error("%s", db.storage_problem(settings.db_path, exc))
             late = set(JOBS)
+        watch = {"file": db.identity_of(settings.db_path)}
+        watch_lock = threading.Lock()
+
+        def run_scheduled(name: str) -> None:
+            """One scheduled run, logged in the scheduler's words. A site.db that is a new file after
+            it (rebuilt where it was missing or emptied) has every job run at once, rather than at
+            their next times (the census a week away), and the -shm keeper moves to it."""
+            nonlocal keeper
+            ok, summary = run_job(settings, name)
+            if ok:
+                log.info("job %s: %s", name, summary)
+            with watch_lock:
+                current = db.identity_of(settings.db_path)
+                if current is None or current == watch["file"]:
+                    return
+                watch["file"] = current
+                log.warning("site.db at %s is a new file: every job runs now to fill it", settings.db_path)
+                for other in JOBS:
+                    if other != name:
+                        scheduler.modify_job(other, next_run_time=datetime.now(timezone.utc))
+                with contextlib.suppress(sqlite3.Error, OSError):
+                    fresh = db.writer(settings.db_path)
+                    if keeper is not None:
+                        keeper.close()
+                    keeper = fresh
+
         for name, trigger in triggers.items():
             # Interval jobs also run once at start, so a deploy never serves data an interval old.
             at_start = isinstance(trigger, IntervalTrigger) or name in late
-            scheduler.add_job(run_job, trigger, args=(settings, name), id=name, name=name,
+            scheduler.add_job(run_scheduled, trigger, args=(name,), id=name, name=name,
                               **({"next_run_time": now} if at_start else {}))
             if at_start:
                 log.info("%s runs now, then %s", name, trigger)
         log.info("scheduling %s", ", ".join(JOBS))
+        # run_scheduled says how each run went; APScheduler's "executed successfully" followed failures too
+        logging.getLogger("apscheduler.executors.default").setLevel(logging.WARNING)
         try:
             scheduler.start()
         except (KeyboardInterrupt, SystemExit):
@@ -184,6 +211,29 @@ def schedule(settings: Settings) -> int:
         finally:
             if keeper is not None:
                 keeper.close()
+    return 0
+
+
+def status(settings: Settings) -> int:
+    """Print each job's last run from job_runs (private in Datasette): 1 when site.db cannot be read."""
+    try:
+        with contextlib.closing(db.connect(settings.db_path, readonly=True)) as conn:
+            last = {row["name"]: row for row in conn.execute(
+                "SELECT name, started, finished, ok, error, summary FROM job_runs WHERE id IN "
+                "(SELECT max(id) FROM job_runs GROUP BY name)")}
+    except sqlite3.Error as exc:
+        print(f"jobs: {db.storage_problem(settings.db_path, exc)}", file=sys.stderr)
+        return 1
+    for name in JOBS:
+        row = last.get(name)
+        if row is None:
+            state = "never run"
+        elif row["finished"] is None:
+            state = f"started {row['started']}, not finished (running, or killed: its next run closes it)"
+        else:
+            state = (f"ok {row['finished']}: {row['summary']}" if row["ok"] else
+                     f"FAILED {row['finished']}: {row['error']}")
+        print(f"{name:11} {state}")
     return 0
 
 
@@ -200,11 +250,13 @@ def main(argv: list[str]) -> int:
         for name, job in JOBS.items():
             print(f"{name:10} {job.trigger}  {job.about}")
         return 0
+    if argv[0] == "status":
+        return status(settings)
     if argv[0] == "run" and len(argv) == 2 and argv[1] in JOBS:
         ok, summary = run_job(settings, argv[1])
         print(f"{argv[1]}: {'ok' if ok else 'FAILED'}: {summary}")
         return 0 if ok else 1
-    print(f"usage: python jobs.py [list | run {'|'.join(JOBS)}]", file=sys.stderr)
+    print(f"usage: python jobs.py [list | status | run {'|'.join(JOBS)}]", file=sys.stderr)
     return 2
 
 

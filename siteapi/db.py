@@ -72,6 +72,11 @@ def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
+def lock_path(db_path: Path, holder: str) -> Path:
+    """The lock file beside site.db of a job (`job-photos`), the scheduler or `make run` (`stack`)."""
+    return Path(f"{db_path}-{holder}.lock")
+
+
 def try_lock(path: Path) -> IO | None:
     """The open lock file, holding an exclusive lock on it until closed; None while another
     process (or another run in this one) holds it. Opened for reading, which is all flock needs:
@@ -177,7 +182,8 @@ def _writable_sidecars(path: Path) -> None:
 _local = threading.local()
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
+def identity_of(path: Path) -> tuple[int, int] | None:
+    """The file `path` names (device, inode), or None when there is none."""
     try:
         stat = os.stat(path)
     except OSError:
@@ -185,11 +191,12 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return stat.st_dev, stat.st_ino
 
 
-def _is_database(path: Path) -> bool:
-    """True when `path` opens read-only as a database that has tables."""
+def _has_pages(path: Path) -> bool:
+    """True when `path` opens read-only as a site.db whose content is indexed: a file the jobs have
+    only begun to rebuild (every table empty) is not served in place of the last good one."""
     try:
         with contextlib.closing(connect(path, readonly=True)) as conn:
-            return conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+            return conn.execute("SELECT 1 FROM pages LIMIT 1").fetchone() is not None
     except sqlite3.Error:
         return False
 
@@ -197,9 +204,9 @@ def _is_database(path: Path) -> bool:
 def reader(path: str | Path) -> sqlite3.Connection:
     """This thread's read-only connection to `path` (opened once, reused). At most every
     REOPEN_CHECK_S it checks that the path still names the file it reads: replaced by another
-    database (a rebuilt or restored site.db), it opens that one; deleted, or replaced by something
-    that is no database, it keeps the file it has. The connection it leaves is closed once no
-    cursor uses it any more."""
+    site.db with its pages indexed (rebuilt, or restored), it opens that one; deleted, replaced by
+    something that is no database, or by a site.db still being rebuilt (no pages yet), it keeps the
+    file it has. The connection it leaves is closed once no cursor uses it any more."""
     key = str(path)
     conns = getattr(_local, "conns", None)
     if conns is None:
@@ -210,11 +217,11 @@ def reader(path: str | Path) -> sqlite3.Connection:
         conn, identity, checked = held
         if now - checked < REOPEN_CHECK_S:
             return conn
-        current = _identity(Path(path))
-        if current is None or current == identity or not _is_database(Path(path)):
+        current = identity_of(Path(path))
+        if current is None or current == identity or not _has_pages(Path(path)):
             conns[key] = (conn, identity, now)
             return conn
-    identity = _identity(Path(path))
+    identity = identity_of(Path(path))
     conn = connect(path, readonly=True)
     conns[key] = (conn, identity, now)
     return conn

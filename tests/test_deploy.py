@@ -80,6 +80,20 @@ def test_the_app_unit_is_bounded_in_memory():
     assert re.search(r"^MemoryHigh=\d+[MG]$", text, re.M) and re.search(r"^MemoryMax=\d+[MG]$", text, re.M)
 
 
+def test_caddy_may_hand_rolled_logs_to_the_ledger_and_runs_hardened():
+    """Caddy's log roller chowns each new file to the old one's group (site, which the ledger job
+    runs as): only a member of that group may."""
+    text = (ROOT / "deploy" / "site-caddy.service").read_text()
+    assert re.search(r"^SupplementaryGroups=site$", text, re.M) and "install -o caddy -g site -m 0640" in text
+    for line in ("NoNewPrivileges=true", "ProtectSystem=full", "PrivateTmp=true"):
+        assert re.search(rf"^{line}$", text, re.M), line
+
+
+def test_the_jobs_unit_is_bounded_in_memory():
+    text = (ROOT / "deploy" / "site-jobs.service").read_text()
+    assert re.search(r"^MemoryHigh=\d+[MG]$", text, re.M) and re.search(r"^MemoryMax=\d+[MG]$", text, re.M)
+
+
 def test_only_the_jobs_unit_reads_the_secrets():
     """The Spotify secret and the calendar address unlock calls only the jobs make."""
     readers = [unit.name for unit in sorted((ROOT / "deploy").glob("*.service"))

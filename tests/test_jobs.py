@@ -59,7 +59,7 @@ def settings(tmp_path):
 
 def test_a_job_held_by_another_run_is_not_run_again(settings):
     settings.access_log.touch()
-    held = db.try_lock(jobs.lock_path(settings, "job-lens-caches"))  # as another process's run holds it
+    held = db.try_lock(db.lock_path(settings.db_path, "job-lens-caches"))  # as another process's run holds it
     try:
         ok, error = jobs.run_job(settings, "lens-caches")
         assert not ok and "lens-caches is already running" in error and "did nothing" in error

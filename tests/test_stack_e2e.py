@@ -232,6 +232,20 @@ def test_a_second_make_run_on_the_same_site_db_starts_nothing(stack):
     assert requests.get(stack["edge"] + "/robots.txt", timeout=30).status_code == 200
 
 
+def test_a_scheduler_already_running_on_the_site_db_starts_nothing(tmp_path):
+    """systemd's site-jobs.service (or `python jobs.py`) holds the scheduler's lock: make run says so
+    before it builds or starts anything, not after printing its addresses."""
+    env = stack_env(tmp_path, stack_ports())
+    held = db.try_lock(db.lock_path(tmp_path / "site.db", "scheduler"))
+    try:
+        status, out = stack_until_it_exits(env)
+    finally:
+        held.close()
+    assert status == 1 and "Traceback" not in out, out
+    assert f"make run: A job scheduler already runs on {tmp_path / 'site.db'}" in out and "scheduler running" not in out
+    assert not (tmp_path / "site.db").exists() and not (tmp_path / "originals").exists()
+
+
 @pytest.mark.parametrize("variable", ["SITE_PORT", "DATASETTE_PORT", pytest.param("CADDY_PORT", marks=needs_caddy)])
 def test_a_taken_port_is_named_and_nothing_starts(tmp_path, variable):
     """A port held by a listener that shares it (SO_REUSEPORT, as Caddy's listeners do): a second
