@@ -375,7 +375,8 @@ class Site:
         request, response = bottle.request, bottle.response
         method = request.method.upper()
         version = header("API-Version", None)
-        unserved_version = version is not None and version.strip() not in SUPPORTED_API_VERSIONS
+        # an empty field is no version asked for, as its absence is (the 400 says "leave the header out")
+        unserved_version = bool(version and version.strip()) and version.strip() not in SUPPORTED_API_VERSIONS
         try:
             if may_not_exist and (method == "OPTIONS" or method not in allowed or unserved_version):
                 handler(**url_args)  # raises the 404 of a path that names nothing; a real one goes on to its 204, 405 or 400

@@ -269,6 +269,7 @@ def test_every_200_has_policy_link_cors_and_cache(api):
 
 def test_api_version_header(api):
     assert api.get("/search.json?q=garage", headers={"API-Version": "1"}).status_code == 200
+    assert api.get("/search.json?q=garage", headers={"API-Version": ""}).status_code == 200  # as if left out
     r = api.get("/search.json?q=garage", headers={"API-Version": "2"})
     assert r.status_code == 400
     assert r.json()["code"] == "unsupported_api_version" and r.json()["supported"] == ["1"]
