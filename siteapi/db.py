@@ -191,7 +191,7 @@ def identity_of(path: Path) -> tuple[int, int] | None:
     return stat.st_dev, stat.st_ino
 
 
-def _has_pages(path: Path) -> bool:
+def has_pages(path: Path) -> bool:
     """True when `path` opens read-only as a site.db whose content is indexed: a file the jobs have
     only begun to rebuild (every table empty) is not served in place of the last good one."""
     try:
@@ -218,7 +218,7 @@ def reader(path: str | Path) -> sqlite3.Connection:
         if now - checked < REOPEN_CHECK_S:
             return conn
         current = identity_of(Path(path))
-        if current is None or current == identity or not _has_pages(Path(path)):
+        if current is None or current == identity or not has_pages(Path(path)):
             conns[key] = (conn, identity, now)
             return conn
     identity = identity_of(Path(path))

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from siteapi import db, demo_photos
 from siteapi.config import DATASETTE_PATH, ROOT, SettingsError, load_settings
@@ -161,11 +162,20 @@ def print_addresses(ports: dict[str, int]) -> None:
     print("  jobs       scheduler running; Ctrl-C stops everything\n", flush=True)
 
 
-def watch(procs: dict[str, subprocess.Popen]) -> int:
-    """Until Ctrl-C or SIGTERM (0) or until one process stops (1)."""
+def watch(procs: dict[str, subprocess.Popen], db_path: Path, restart: Callable[[str], subprocess.Popen]) -> int:
+    """Until Ctrl-C or SIGTERM (0) or until one process stops (1). Datasette reads the file it
+    opened for its life, a deleted one too: when site.db is a new file with its pages (rebuilt,
+    or a backup moved into place), it is started again on it (`restart`)."""
+    served = db.identity_of(db_path)
     try:
         while all(p.poll() is None for p in procs.values()):
             time.sleep(0.5)
+            current = db.identity_of(db_path)
+            if current is not None and current != served and db.has_pages(db_path):
+                served = current
+                print("make run: site.db is a new file; Datasette starts again on it.", flush=True)
+                stop({"datasette": procs["datasette"]})
+                procs["datasette"] = restart("datasette")
     except KeyboardInterrupt:
         return 0
     dead = [name for name, p in procs.items() if p.poll() is not None]
@@ -192,11 +202,15 @@ def start() -> int:
         first_run(settings)
         commands, env = commands_and_env(settings, ports, caddy)
         procs: dict[str, subprocess.Popen] = {}
+
+        def launch(name: str) -> subprocess.Popen:
+            return subprocess.Popen(commands[name], cwd=ROOT, env=env, preexec_fn=stop_with_parent(os.getpid()))
+
         try:
-            for name, cmd in commands.items():
-                procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, preexec_fn=stop_with_parent(os.getpid()))
+            for name in commands:
+                procs[name] = launch(name)
             print_addresses(ports)
-            return watch(procs)
+            return watch(procs, settings.db_path, launch)
         finally:
             stop(procs)
 

@@ -232,6 +232,39 @@ def test_a_second_make_run_on_the_same_site_db_starts_nothing(stack):
     assert requests.get(stack["edge"] + "/robots.txt", timeout=30).status_code == 200
 
 
+def test_datasette_starts_again_on_a_rebuilt_site_db(tmp_path):
+    """Datasette reads the file it opened for its life, a deleted one too: make run starts it again
+    once site.db is a new file with its pages, so /data/ shows what the app shows."""
+    content = tmp_path / "content"
+    shutil.copytree(ROOT / "content", content)
+    ports = stack_ports()
+    env = {**stack_env(tmp_path, ports), "SITE_CONTENT_DIR": str(content)}
+    datasette = f"http://127.0.0.1:{ports['DATASETTE_PORT']}/data/site.json"
+    marker = {"sql": "select count(*) from pages where title = 'Datasette marker'", "_shape": "arrayfirst"}
+    with open(tmp_path / "stack.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "siteapi.stack"], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+        try:
+            wait_for(datasette, timeout=120)
+            assert requests.get(datasette, params=marker, timeout=30).json() == [0]
+            (content / "pages" / "marker.md").write_text(
+                "---\ntitle: Datasette marker\nkind: page\npath: /datasette-marker\n---\nA page of the new file.\n")
+            (tmp_path / "site.db").unlink()
+            rebuilt = subprocess.run([sys.executable, "jobs.py", "run", "content"], cwd=ROOT, env=env,
+                                     capture_output=True, text=True, timeout=120)
+            assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+            deadline, seen = time.monotonic() + 60, None
+            while seen != [1] and time.monotonic() < deadline:
+                with contextlib.suppress(requests.RequestException, ValueError):
+                    seen = requests.get(datasette, params=marker, timeout=5).json()
+                time.sleep(0.5)
+            assert seen == [1] and proc.poll() is None
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+    assert "site.db is a new file; Datasette starts again on it." in (tmp_path / "stack.log").read_text()
+
+
 def test_a_scheduler_already_running_on_the_site_db_starts_nothing(tmp_path):
     """systemd's site-jobs.service (or `python jobs.py`) holds the scheduler's lock: make run says so
     before it builds or starts anything, not after printing its addresses."""
