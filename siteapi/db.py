@@ -201,12 +201,19 @@ def has_pages(path: Path) -> bool:
         return False
 
 
+# path -> a connection to the last file there that had pages, with its identity: a worker thread
+# that had not opened site.db before it was deleted or emptied reads that one too (read-only
+# connections may be shared: check_same_thread is off and SQLite serializes).
+_last_good: dict[str, tuple[sqlite3.Connection, tuple[int, int] | None]] = {}
+
+
 def reader(path: str | Path) -> sqlite3.Connection:
     """This thread's read-only connection to `path` (opened once, reused). At most every
     REOPEN_CHECK_S it checks that the path still names the file it reads: replaced by another
     site.db with its pages indexed (rebuilt, or restored), it opens that one; deleted, replaced by
     something that is no database, or by a site.db still being rebuilt (no pages yet), it keeps the
-    file it has. The connection it leaves is closed once no cursor uses it any more."""
+    file it has; a thread that had none then takes the process's last good file (`_last_good`).
+    The connection it leaves is closed once no cursor uses it any more."""
     key = str(path)
     conns = getattr(_local, "conns", None)
     if conns is None:
@@ -222,8 +229,16 @@ def reader(path: str | Path) -> sqlite3.Connection:
             conns[key] = (conn, identity, now)
             return conn
     identity = identity_of(Path(path))
+    good = _last_good.get(key)
+    if good is not None and good[1] != identity and (identity is None or not has_pages(Path(path))):
+        conns[key] = (good[0], good[1], now)  # a thread that never opened it: the process's last good file
+        return good[0]
     conn = connect(path, readonly=True)
     conns[key] = (conn, identity, now)
+    if good is None or good[1] != identity:
+        with contextlib.suppress(sqlite3.Error):  # no pages table: no good file yet
+            if conn.execute("SELECT 1 FROM pages LIMIT 1").fetchone() is not None:
+                _last_good[key] = (conn, identity)
     return conn
 
 

@@ -702,6 +702,27 @@ def test_a_site_db_rebuilt_under_the_scheduler_is_filled_by_every_job_at_once(tm
     assert "is a new file: every job runs now to fill it" in out and "executed successfully" not in out
 
 
+def test_a_thread_that_never_opened_a_deleted_site_db_reads_the_last_good_one(tmp_path):
+    """Worker threads open their readers at their first request: deleted just after a start, site.db
+    had been a 503 on every thread that had not served one yet."""
+    site = make_site(tmp_path)
+    build(site, "content")
+    counts = []
+
+    def count():  # a thread of its own: readers are per thread
+        counts.append(db.reader(site.db).execute("SELECT count(*) FROM pages").fetchone()[0])
+
+    for step in ("first", "deleted", "rebuilding"):
+        thread = threading.Thread(target=count)
+        thread.start()
+        thread.join()
+        if step == "first":
+            site.db.unlink()
+        elif step == "deleted":
+            ok(site.run("ledger"))  # a new site.db, every table empty
+    assert counts == [5, 5, 5]
+
+
 def copy_database(source: Path, target: Path) -> None:
     """SQLite's online backup from `source` into `target`: what `sqlite3 TARGET ".restore SOURCE"` does
     (the file keeps its inode; the pages go through SQLite, so open readers see the new rows)."""
