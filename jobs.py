@@ -183,7 +183,9 @@ def schedule(settings: Settings) -> int:
                 current = db.identity_of(settings.db_path)
                 if current is None or current == watch["file"]:
                     return
-                watch["file"] = current
+                first, watch["file"] = watch["file"] is None, current
+                if first:  # built by this start's first runs, which are every job's anyway
+                    return
                 log.warning("site.db at %s is a new file: every job runs now to fill it", settings.db_path)
                 for other in JOBS:
                     if other != name:
