@@ -90,3 +90,26 @@ def test_a_site_db_that_cannot_be_used_fails_the_run_with_a_sentence(settings):
     assert not ok
     assert error.startswith(f"site.db ({settings.db_path}) could not be used: file is not a database;")
     assert settings.db_path.read_bytes().startswith(b"this is no SQLite")  # left as it was found
+
+
+def test_status_shows_each_jobs_last_run(settings, capsys):
+    settings.access_log.touch()
+    assert jobs.run_job(settings, "ledger")[0]
+    conn = db.writer(settings.db_path)
+    with db.transaction(conn):  # a run whose process died, and a failure
+        conn.execute("INSERT INTO job_runs(name, started) VALUES ('photos', '2026-11-21T08:00:00Z')")
+        conn.execute("INSERT INTO job_runs(name, started, finished, ok, error) VALUES ('calendar', "
+                     "'2026-11-21T08:00:00Z', '2026-11-21T08:00:01Z', 0, 'FeedError: no calendar')")
+    conn.close()
+    assert jobs.status(settings) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert set(lines) == set(jobs.JOBS)
+    assert " ok " in lines["ledger"] and "crawler hits" in lines["ledger"]
+    assert "FAILED 2026-11-21T08:00:01Z: FeedError: no calendar" in lines["calendar"]
+    assert "not finished (running, or killed" in lines["photos"] and "never run" in lines["census"]
+
+
+def test_status_of_a_site_db_that_cannot_be_read_is_a_sentence(settings, capsys):
+    settings.db_path.write_bytes(b"this is no SQLite database, only text " * 100)
+    assert jobs.status(settings) == 1
+    assert "could not be used" in capsys.readouterr().err
