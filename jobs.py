@@ -168,22 +168,22 @@ def schedule(settings: Settings) -> int:
         except (sqlite3.Error, OSError) as exc:  # every job runs now, and fails with this sentence until it is fixed
             log.error("%s", db.storage_problem(settings.db_path, exc))
             late = set(JOBS)
-        watch = {"file": db.identity_of(settings.db_path)}
+        watched = db.identity_of(settings.db_path)
         watch_lock = threading.Lock()
 
         def run_scheduled(name: str) -> None:
             """One scheduled run, logged in the scheduler's words. A site.db that is a new file after
             it (rebuilt where it was missing or emptied) has every job run at once, rather than at
             their next times (the census a week away), and the -shm keeper moves to it."""
-            nonlocal keeper
+            nonlocal keeper, watched
             ok, summary = run_job(settings, name)
             if ok:
                 log.info("job %s: %s", name, summary)
             with watch_lock:
                 current = db.identity_of(settings.db_path)
-                if current is None or current == watch["file"]:
+                if current is None or current == watched:
                     return
-                first, watch["file"] = watch["file"] is None, current
+                first, watched = watched is None, current
                 if first:  # built by this start's first runs, which are every job's anyway
                     return
                 log.warning("site.db at %s is a new file: every job runs now to fill it", settings.db_path)

@@ -191,12 +191,20 @@ def identity_of(path: Path) -> tuple[int, int] | None:
     return stat.st_dev, stat.st_ino
 
 
+def _holds_pages(conn: sqlite3.Connection) -> bool:
+    """True when the database's content is indexed: a file the jobs have only begun to rebuild
+    (every table empty), or one that is no site.db, is not served in place of the last good one."""
+    try:
+        return conn.execute("SELECT 1 FROM pages LIMIT 1").fetchone() is not None
+    except sqlite3.Error:
+        return False
+
+
 def has_pages(path: Path) -> bool:
-    """True when `path` opens read-only as a site.db whose content is indexed: a file the jobs have
-    only begun to rebuild (every table empty) is not served in place of the last good one."""
+    """True when `path` opens read-only as a site.db with its content indexed (_holds_pages)."""
     try:
         with contextlib.closing(connect(path, readonly=True)) as conn:
-            return conn.execute("SELECT 1 FROM pages LIMIT 1").fetchone() is not None
+            return _holds_pages(conn)
     except sqlite3.Error:
         return False
 
@@ -235,10 +243,8 @@ def reader(path: str | Path) -> sqlite3.Connection:
         return good[0]
     conn = connect(path, readonly=True)
     conns[key] = (conn, identity, now)
-    if good is None or good[1] != identity:
-        with contextlib.suppress(sqlite3.Error):  # no pages table: no good file yet
-            if conn.execute("SELECT 1 FROM pages LIMIT 1").fetchone() is not None:
-                _last_good[key] = (conn, identity)
+    if (good is None or good[1] != identity) and _holds_pages(conn):
+        _last_good[key] = (conn, identity)
     return conn
 
 
