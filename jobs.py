@@ -231,12 +231,24 @@ def status(settings: Settings) -> int:
         if row is None:
             state = "never run"
         elif row["finished"] is None:
-            state = f"started {row['started']}, not finished (running, or killed: its next run closes it)"
+            state = f"started {row['started']}, {_unfinished(settings, name)}"
         else:
             state = (f"ok {row['finished']}: {row['summary']}" if row["ok"] else
                      f"FAILED {row['finished']}: {row['error']}")
         print(f"{name:11} {state}")
     return 0
+
+
+def _unfinished(settings: Settings, name: str) -> str:
+    """What an unfinished run is: its job's lock is held only while a run is alive."""
+    try:
+        lock = db.try_lock(db.lock_path(settings.db_path, f"job-{name}"))
+    except OSError:
+        return "not finished (running, or killed: its next run closes it)"
+    if lock is None:
+        return "running now"
+    lock.close()
+    return "not finished: its process died (killed or stopped); its next run closes it as failed"
 
 
 def main(argv: list[str]) -> int:

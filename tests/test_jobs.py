@@ -100,13 +100,16 @@ def test_status_shows_each_jobs_last_run(settings, capsys):
         conn.execute("INSERT INTO job_runs(name, started) VALUES ('photos', '2026-11-21T08:00:00Z')")
         conn.execute("INSERT INTO job_runs(name, started, finished, ok, error) VALUES ('calendar', "
                      "'2026-11-21T08:00:00Z', '2026-11-21T08:00:01Z', 0, 'FeedError: no calendar')")
+        conn.execute("INSERT INTO job_runs(name, started) VALUES ('around', '2026-11-21T08:00:00Z')")
     conn.close()
-    assert jobs.status(settings) == 0
+    with db.try_lock(db.lock_path(settings.db_path, "job-around")):  # a run of around still alive
+        assert jobs.status(settings) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert set(lines) == set(jobs.JOBS)
     assert " ok " in lines["ledger"] and "crawler hits" in lines["ledger"]
     assert "FAILED 2026-11-21T08:00:01Z: FeedError: no calendar" in lines["calendar"]
-    assert "not finished (running, or killed" in lines["photos"] and "never run" in lines["census"]
+    assert "not finished: its process died" in lines["photos"] and "never run" in lines["census"]
+    assert lines["around"].endswith("started 2026-11-21T08:00:00Z, running now")
 
 
 def test_status_of_a_site_db_that_cannot_be_read_is_a_sentence(settings, capsys):
