@@ -17,6 +17,7 @@ SECTIONS = (
     ("awards", "Awards", ("title", "awarder", "summary")),
     ("certificates", "Certificates", ("name", "issuer", "")),
     ("publications", "Publications", ("name", "publisher", "summary")),
+    ("references", "References", ("name", "", "reference")),
 )
 LINK_SCHEMES = ("https://", "http://", "mailto:")  # what a link may point at; other URLs stay text
 

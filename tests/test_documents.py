@@ -384,6 +384,12 @@ def test_resume_markdown_leaves_out_what_is_not_text():
     assert resume.markdown(["a", "list"], "u").startswith("# Resume\n")
 
 
+def test_resume_markdown_ends_with_the_references_the_owner_gave():
+    text = resume.markdown({"references": [{"name": "Ada Lovelace", "reference": "Careful with engines."}, {"reference": ["not", "text"]}],
+                            "languages": [{"language": "French"}]}, "u")
+    assert "## References\n\n### Ada Lovelace\n\nCareful with engines.\n\n## Languages" in text
+
+
 def test_agent_card_and_skills_list_the_mcp_tools(api):
     card_tools = {t["name"] for t in api.get("/.well-known/mcp/server-card.json").json()["tools"]}
     agent = api.get("/.well-known/agent-card.json").json()
