@@ -329,5 +329,10 @@ def load_settings(path: str | os.PathLike | None = None) -> Settings:
         sections=MappingProxyType(sections),
         port=port,
     )
+    photos, images = settings.photos_dir.resolve(), settings.images_dir.resolve()
+    if photos == images or photos in images.parents or images in photos.parents:
+        raise SettingsError(f"Settings photos_dir ({photos}) and images_dir ({images}) must be two separate folders, "
+                            "neither inside the other: the photos job only reads the originals in photos_dir, "
+                            "and writes and deletes thumbnails and copies in images_dir.")
     check_sections(settings)
     return settings

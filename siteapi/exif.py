@@ -20,7 +20,9 @@ import exiv2
 
 # Bump RULES when what read_metadata makes of a file changes (the mapping below, dimensions,
 # dates): rows read under other rules are re-read. 2: displayed orientation, real dates only.
-RULES = 2
+# 3: text that is not UTF-8 read as windows-1252, the digitized date before the file's, no camera
+# boilerplate or control characters in captions.
+RULES = 3
 EXTRACTOR = "exiv2"
 EXTRACTOR_VERSION = f"libexiv2 {exiv2.version()}; python-exiv2 {exiv2.__version__}; rules {RULES}"
 
@@ -31,7 +33,7 @@ ALT_MAX = 240
 PUBLIC_EXIF = frozenset({
     "Exif.Image.Make", "Exif.Image.Model", "Exif.Image.Orientation", "Exif.Image.DateTime",
     "Exif.Image.XResolution", "Exif.Image.YResolution", "Exif.Image.ResolutionUnit", "Exif.Image.YCbCrPositioning",
-    "Exif.Photo.ExifVersion", "Exif.Photo.DateTimeOriginal", "Exif.Photo.ExposureTime", "Exif.Photo.FNumber",
+    "Exif.Photo.ExifVersion", "Exif.Photo.DateTimeOriginal", "Exif.Photo.DateTimeDigitized", "Exif.Photo.ExposureTime", "Exif.Photo.FNumber",
     "Exif.Photo.ISOSpeedRatings", "Exif.Photo.FocalLength", "Exif.Photo.ExposureBiasValue", "Exif.Photo.LensModel",
     "Exif.Photo.ColorSpace", "Exif.Photo.WhiteBalance", "Exif.Photo.Flash", "Exif.Photo.ExposureMode",
     "Exif.Photo.MeteringMode", "Exif.Photo.Sharpness", "Exif.Photo.PixelXDimension", "Exif.Photo.PixelYDimension",
@@ -41,6 +43,16 @@ PUBLIC_EXIF = frozenset({
 # profile, Adobe's colour transform. exiv2 leaves maker segments, MPF previews and data after the
 # image's end in place, so the copy drops every other APPn and COM segment and all that trails.
 KEPT_SEGMENTS = ((0xE0, b"JFIF\0"), (0xE1, b"Exif\0\0"), (0xE2, b"ICC_PROFILE\0"), (0xEE, b"Adobe"))
+# Of these only the first counts: exiv2 rewrites the first EXIF segment, and a second one (left by
+# an editor that appended its own) would keep its GPS and serial numbers. A profile spans several.
+FIRST_ONLY = (b"JFIF\0", b"Exif\0\0", b"Adobe")
+# Descriptions camera firmware writes in every frame: they name the camera, not the photo.
+CAMERA_DESCRIPTIONS = frozenset({
+    "digital camera", "olympus digital camera", "sony dsc", "kodak digital still camera",
+    "minolta digital camera", "samsung digital camera", "pentax digital camera", "default",
+})
+# C0 and C1 control characters and the byte-order mark have no place in a caption.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\ufeff]")
 
 exiv2.LogMsg.setLevel(exiv2.LogMsg.Level.error)
 
@@ -111,6 +123,17 @@ def _number(value: Fraction) -> str:
     return f"{float(value):.1f}".rstrip("0").rstrip(".")
 
 
+def _readable(text: str) -> str:
+    """exiv2's text with bytes that are not UTF-8 (a Latin-1 caption from an older tool, bit rot)
+    read as windows-1252: python-exiv2 hands them over as lone surrogates, which SQLite and the
+    tokenizer refuse."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("cp1252", "replace")
+
+
 class _Tags:
     """The first datum for each key of one image's EXIF/IPTC/XMP (lazy accessors)."""
 
@@ -152,21 +175,26 @@ class _Tags:
                 text = datum.toString(0)
         else:
             text = datum.toString()
-        text = text.strip("\x00 \t\r\n")
+        text = _readable(text).strip("\x00 \t\r\n")
         return text or None
 
     def printed(self, key: str) -> str | None:
         datum = self.by_key.get(key)
         if datum is None:
             return None
-        text = datum.print(self.exif).strip()
+        text = _readable(datum.print(self.exif)).strip()
         return text or None
 
 
-def _clean_caption(text: str | None) -> str | None:
+def _clean_caption(text: str | None, camera: tuple[str | None, ...] = ()) -> str | None:
+    """A caption of at most ALT_MAX characters on one line; None for none, or for what only names
+    the camera (its make, its model, its firmware's boilerplate)."""
     if not text:
         return None
-    text = " ".join(text.split())
+    text = " ".join(_CONTROLS.sub(" ", text).split())
+    if text.lower() in CAMERA_DESCRIPTIONS or text.lower() in {" ".join(filter(None, camera)).lower(), *(
+            part.lower() for part in camera if part)}:
+        return None
     if len(text) <= ALT_MAX:
         return text or None
     cut = text[: ALT_MAX - 1]
@@ -237,7 +265,10 @@ def read_metadata(data: bytes, sidecar: str | None = None) -> Extracted:
         "iso": iso,
         "focal": f"{_number(focal)} mm" if focal else None,
         "ev": ev,
-        "date": _real_date(tags.text("Exif.Photo.DateTimeOriginal") or tags.text("Exif.Image.DateTime")),
+        # When the shutter was pressed; the digitized time is the same in camera files, the file's
+        # own DateTime (last changed) is the last resort.
+        "date": _real_date(tags.text("Exif.Photo.DateTimeOriginal") or tags.text("Exif.Photo.DateTimeDigitized")
+                           or tags.text("Exif.Image.DateTime")),
         "width": width,
         "height": height,
         "color_space": tags.printed("Exif.Photo.ColorSpace"),
@@ -258,7 +289,7 @@ def read_metadata(data: bytes, sidecar: str | None = None) -> Extracted:
 
     caption = None
     for key in ("Xmp.dc.description", "Iptc.Application2.Caption", "Exif.Image.ImageDescription"):
-        caption = _clean_caption(tags.text(key))
+        caption = _clean_caption(tags.text(key), (make, model, camera))
         if caption:
             break
     return Extracted(meta, caption or _clean_caption(sidecar))
@@ -395,9 +426,10 @@ def _scan_end(data: bytes, start: int) -> int:
 
 
 def _kept_segments(jpeg: bytes) -> bytes:
-    """`jpeg` without the APPn and COM segments KEPT_SEGMENTS does not name and without anything
-    after its end-of-image marker; every other segment and the image data unchanged."""
-    parts, at = [jpeg[:2]], 2
+    """`jpeg` without the APPn and COM segments KEPT_SEGMENTS does not name (nor a FIRST_ONLY one
+    after its first) and without anything after its end-of-image marker; every other segment and
+    the image data unchanged."""
+    parts, at, seen = [jpeg[:2]], 2, set()
     while at + 1 < len(jpeg):
         if jpeg[at] != 0xFF:
             raise PhotoError("cannot copy the original (broken JPEG structure)")
@@ -412,8 +444,11 @@ def _kept_segments(jpeg: bytes) -> bytes:
         if marker == 0xDA:  # start of scan: its header, then the entropy-coded data
             end = _scan_end(jpeg, end)
         metadata = 0xE0 <= marker <= 0xEF or marker == 0xFE
-        if not metadata or any(marker == kept and jpeg.startswith(signature, at + 4)
-                               for kept, signature in KEPT_SEGMENTS):
+        kind = next((signature for kept, signature in KEPT_SEGMENTS
+                     if marker == kept and jpeg.startswith(signature, at + 4)), None)
+        if not metadata or (kind and kind not in seen):
             parts.append(jpeg[at:end])
+            if kind in FIRST_ONLY:
+                seen.add(kind)
         at = end
     return b"".join(parts)

@@ -22,6 +22,7 @@ import io
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,9 @@ SUPERSEDED_GRACE_S = 3600
 # reported as every photo it reached failing, in a run recorded as ok).
 OUR_DISK_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 THUMB_SIZES = {"jpg": 1600, "avif": 1600, "small": 400, "xs": 200}
+# What make_thumbnails names a file: the only files the job ever deletes from images_dir.
+THUMB_NAME = re.compile(r".+\.[0-9a-f]{10}\.(jpg|avif)")
+NAMED_AT_MOST = 5  # files named in a summary per kind; a RAW+JPEG folder would list thousands
 
 
 @dataclass
@@ -54,15 +58,24 @@ class IngestReport:
     removed: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         line = (f"added {len(self.added)}, updated {len(self.updated)}, "
                 f"removed {len(self.removed)}, failed {len(self.failed)}")
         if self.failed:
-            line += " (" + "; ".join(f"{name}: {why}" for name, why in self.failed) + ")"
+            line += " (" + _named([f"{name}: {why}" for name, why in self.failed], "; ") + ")"
         if self.skipped:
-            line += f"; skipped {len(self.skipped)} non-JPEG: " + ", ".join(self.skipped)
+            line += f"; skipped {len(self.skipped)} non-JPEG: " + _named(self.skipped)
+        if self.folders:
+            line += (f"; skipped {len(self.folders)} subfolder{'s' if len(self.folders) > 1 else ''} "
+                     f"(only the folder's own files are read): " + _named(self.folders))
         return line
+
+
+def _named(items: list[str], sep: str = ", ") -> str:
+    shown = sep.join(items[:NAMED_AT_MOST])
+    return shown + (f"{sep}and {len(items) - NAMED_AT_MOST} more" if len(items) > NAMED_AT_MOST else "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -86,7 +99,7 @@ def make_thumbnails(data: bytes, stem: str, out_dir: Path) -> dict[str, str]:
     """
     try:
         with Image.open(io.BytesIO(data)) as source:
-            if source.format != "JPEG":
+            if source.format not in ("JPEG", "MPO"):  # MPO: a JPEG with a preview index (CIPA DC-007)
                 raise PhotoError(f"not a JPEG ({source.format})")
             source.draft("RGB", (THUMB_SIZES["jpg"], THUMB_SIZES["jpg"]))  # DCT-domain downscale
             icc = source.info.get("icc_profile")
@@ -130,24 +143,22 @@ def make_thumbnails(data: bytes, stem: str, out_dir: Path) -> dict[str, str]:
 # public copies of the originals: staged beside their final names
 
 
-def _stage_copy(full_dir: Path, name: str, payload: bytes, mtime_ns: int) -> Path:
+def _stage_copy(full_dir: Path, name: str, payload: bytes) -> Path:
     """Write a public copy to a temporary file beside its final name; run_photos renames it after
-    the transaction. It carries the original's modification time, so a copy left behind by a run
-    stopped between its commit and its renames is seen to be stale and written again."""
+    the transaction."""
     full_dir.mkdir(parents=True, exist_ok=True)
     temp = full_dir / f".{name}.tmp"
     db.write_synced(temp, payload)
-    try:
-        os.utime(temp, ns=(mtime_ns, mtime_ns))  # unsynced: lost, it only makes the next run write the copy again
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
     return temp
 
 
 def _copy_is_current(original: Path, copy: Path) -> bool:
+    """The copy was written after the original was last put in place (its ctime, which no restore
+    keeping old times can set back): a copy left behind by a run stopped between its commit and its
+    renames is older, and is written again. The copy keeps its own write time, which /images/full/
+    gives as Last-Modified: it never goes back when an older file replaces an original."""
     try:
-        return copy.stat().st_mtime_ns == original.stat().st_mtime_ns
+        return copy.stat().st_mtime_ns >= original.stat().st_ctime_ns
     except FileNotFoundError:
         return False
 
@@ -264,7 +275,10 @@ def run_photos(settings) -> str:
     conn = db.writer(settings.db_path)
     try:
         existing = {row["stem"]: row for row in conn.execute("SELECT * FROM photos")}
-        entries = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+        listed = [p for p in folder.iterdir() if not p.name.startswith(".")]
+        # Of two files with one stem (dup.jpg, dup.JPG), the one published keeps its place.
+        entries = sorted((p for p in listed if p.is_file()),
+                         key=lambda p: (p.stem, p.name != existing.get(p.stem, {"file_name": p.name})["file_name"], p.name))
         jpeg_stems = {p.stem for p in entries if p.suffix.lower() in JPEG_SUFFIXES}
         if existing and not jpeg_stems and not (folder / EMPTY_MARKER).exists():
             raise RuntimeError(f"The photos folder {folder} holds no .jpg or .jpeg file while the archive has "
@@ -272,6 +286,7 @@ def run_photos(settings) -> str:
                                f"originals mounted? To empty the archive on purpose, create a file named "
                                f"{EMPTY_MARKER} in that folder and run the job again.")
         report, rows, touched, seen = IngestReport(), [], [], set()
+        report.folders = sorted(_shown_name(p) + "/" for p in listed if p.is_dir())
         written: set[str] = set()
         copies: dict[str, Path] = {}  # public copy name → its staged file, renamed after the commit
         now = db.now_iso()
@@ -280,7 +295,6 @@ def run_photos(settings) -> str:
                 shown = _shown_name(path)
                 if path.suffix.lower() not in JPEG_SUFFIXES:
                     if not (path.suffix.lower() == ".txt" and path.stem in jpeg_stems):
-                        log.warning("skipped %s: not a JPEG (only .jpg and .jpeg files are ingested)", shown)
                         report.skipped.append(shown)
                     continue
                 if shown != path.name:
@@ -307,13 +321,13 @@ def run_photos(settings) -> str:
                         if current and old["sha256"] == content_hash and old["file_name"] == path.name:
                             touched.append((stat_key, path.stem))
                         else:
-                            sidecar_text = sidecar_bytes.decode("utf-8", "replace") if sidecar_bytes else None
+                            sidecar_text = sidecar_bytes.decode("utf-8-sig", "replace") if sidecar_bytes else None
                             row = build_row(path, data, sidecar_text, content_hash, stat_key, images_dir,
                                             old["uploaded"] if old else now, now)
                             written |= _thumb_names(row)
                     if settings.originals_public and (row or not _copy_is_current(path, full_dir / path.name)):
                         copy = public_original(data if data is not None else path.read_bytes())
-                        copies[path.name] = _stage_copy(full_dir, path.name, copy, path.stat().st_mtime_ns)
+                        copies[path.name] = _stage_copy(full_dir, path.name, copy)
                 except PhotoError as exc:
                     log.warning("failed %s: %s", path.name, exc)
                     report.failed.append((path.name, str(exc)))
@@ -324,9 +338,16 @@ def run_photos(settings) -> str:
                     log.warning("failed %s: %s", path.name, exc.strerror or exc)
                     report.failed.append((path.name, f"cannot read ({exc.strerror or exc})"))
                     continue
+                except Exception as exc:  # a file no rule foresaw fails alone, never the archive
+                    log.warning("failed %s: %s: %s", path.name, type(exc).__name__, exc, exc_info=True)
+                    report.failed.append((path.name, f"cannot be read ({type(exc).__name__}: {exc})"))
+                    continue
                 if row:
                     rows.append(row)
                     (report.updated if old else report.added).append(path.stem)
+            if report.skipped or report.folders:
+                log.warning("skipped (only the folder's own .jpg and .jpeg files are ingested): %s",
+                            _named(report.skipped + report.folders))
             gone = [stem for stem in existing if stem not in seen]
             report.removed = gone
             written_stems = {row["stem"] for row in rows}
@@ -384,10 +405,11 @@ def _all_referenced(rows) -> set[str]:
 
 
 def _sweep_superseded(images_dir: Path, referenced: set[str]) -> None:
-    """Delete the thumbnails no photo names whose replacement is SUPERSEDED_GRACE_S old."""
+    """Delete the thumbnails no photo names whose replacement is SUPERSEDED_GRACE_S old (only
+    files named as thumbnails: anything else in the folder is the owner's)."""
     cutoff = time.time() - SUPERSEDED_GRACE_S
     _delete_files(images_dir, {entry.name for entry in os.scandir(images_dir)
-                               if entry.is_file() and not entry.name.startswith(".")
+                               if entry.is_file() and THUMB_NAME.fullmatch(entry.name)
                                and entry.name not in referenced and entry.stat().st_mtime < cutoff})
 
 

@@ -600,3 +600,152 @@ def test_dates_that_are_no_real_date_are_null(tmp_path, written):
     assert json.loads(row["metadata"])["date"] is None
     assert (row["date"], row["taken"], row["year"]) == (None, None, None)
     assert row["expansion"] == "landscape"  # no month, season or time of day
+
+
+def tagged(tags: dict[str, str], raw: dict[bytes, bytes] | None = None, **save) -> bytes:
+    """A small JPEG with these EXIF tags written by exiv2; `raw` then swaps bytes in the file (text
+    that is not UTF-8, which exiv2 will not write itself)."""
+    image = exiv2.ImageFactory.open(landscape_pixels(**save))
+    image.readMetadata()
+    for key, value in tags.items():
+        image.exifData()[key] = value
+    image.writeMetadata()
+    data = bytes(image.io().mmap())
+    for old, new in (raw or {}).items():
+        assert len(old) == len(new) and data.count(old) == 1
+        data = data.replace(old, new)
+    return data
+
+
+def test_text_that_is_not_utf8_is_read_as_windows_1252_and_fails_nothing(tmp_path):
+    """A Latin-1 caption or make from an older tool had failed every run: nothing added or removed."""
+    settings = make_settings(tmp_path)
+    paths = demo_photos.generate(settings.photos_dir, count=2)
+    ingest.run_photos(settings)
+    (settings.photos_dir / "cafe.jpg").write_bytes(tagged(
+        {"Exif.Image.ImageDescription": "Cafe! in Zurich", "Exif.Image.Make": "MAKERX", "Exif.Image.Model": "X-TXX"},
+        {b"Cafe!": b"Caf\xe9!", b"X-TXX": b"X-T\xff\x81"}))
+    paths[0].unlink()  # unpublished by the owner in the same run
+    ok, summary = jobs.run_job(settings, "photos")
+    assert ok and summary.startswith("added 1, updated 0, removed 1, failed 0"), summary
+    row = rows(settings)["cafe"]
+    assert row["alt"] == "Café! in Zurich" and row["camera"] == "MAKERX X-Tÿ\ufffd"
+    assert set(rows(settings)) == {"cafe", paths[1].stem} and paths[0].name not in public_copies(settings)
+
+
+def test_a_jpeg_with_a_preview_index_is_a_photo_and_its_copy_drops_the_preview(tmp_path):
+    """Cameras add a large preview with an MPF index (CIPA DC-007); Pillow names such a file MPO."""
+    settings = make_settings(tmp_path)
+    settings.photos_dir.mkdir()
+    original = demo_photos.make_jpeg(demo_photos.DEMOS[0], 0)
+    with Image.open(io.BytesIO(original)) as source:
+        preview = source.copy()
+        preview.thumbnail((320, 320))
+        buffer = io.BytesIO()
+        source.save(buffer, "MPO", save_all=True, append_images=[preview], exif=source.info["exif"], quality=90)
+    (settings.photos_dir / "mpo.jpg").write_bytes(buffer.getvalue())
+    with Image.open(settings.photos_dir / "mpo.jpg") as check:
+        assert check.format == "MPO" and check.n_frames == 2
+    assert ingest.run_photos(settings) == "added 1, updated 0, removed 0, failed 0"
+    assert json.loads(rows(settings)["mpo"]["metadata"])["film"] == "Classic Negative"  # the MakerNote is read
+    copy = (settings.images_dir / "full" / "mpo.jpg").read_bytes()
+    assert_public_copy(buffer.getvalue(), copy)
+    assert copy.count(b"\xff\xd8") == 1 and b"MPF\0" not in copy
+
+
+def test_a_second_exif_segment_never_reaches_the_public_copy(tmp_path):
+    settings = make_settings(tmp_path)
+    settings.photos_dir.mkdir()
+    original = demo_photos.make_jpeg(demo_photos.DEMOS[0], 0)
+    app1 = original.index(b"\xff\xe1")
+    first = original[app1:app1 + 2 + int.from_bytes(original[app1 + 2:app1 + 4], "big")]
+    assert first[4:10] == b"Exif\0\0" and demo_photos.BODY_SERIAL.encode() in first
+    doubled = original[:app1] + first + first + original[app1 + len(first):]  # an editor appended its own
+    (settings.photos_dir / "twice.jpg").write_bytes(doubled)
+    assert ingest.run_photos(settings) == "added 1, updated 0, removed 0, failed 0"
+    copy = (settings.images_dir / "full" / "twice.jpg").read_bytes()
+    assert_public_copy(doubled, copy)
+    assert copy.count(b"Exif\0\0") == 1
+
+
+def test_only_files_named_as_thumbnails_are_ever_swept_from_images_dir(tmp_path):
+    settings = make_settings(tmp_path)
+    demo_photos.generate(settings.photos_dir, count=1)
+    settings.images_dir.mkdir()
+    owners = ["DSCF0001.jpg", "notes.txt", "old.0123456789.png"]
+    for name in owners:
+        (settings.images_dir / name).write_bytes(b"the owner's")
+        os.utime(settings.images_dir / name, (time.time() - 7200,) * 2)
+    assert ingest.run_photos(settings).startswith("added 1,")
+    assert set(owners) <= thumbnail_files(settings)
+
+
+def test_a_newcomer_with_a_published_photos_name_fails_and_the_photo_stays(tmp_path):
+    settings = make_settings(tmp_path)
+    settings.photos_dir.mkdir()
+    (settings.photos_dir / "dup.jpg").write_bytes(landscape_pixels())
+    ingest.run_photos(settings)
+    (settings.photos_dir / "dup.JPG").write_bytes(tagged({"Exif.Image.ImageDescription": "the newcomer"}))
+    assert ingest.run_photos(settings) == ("added 0, updated 0, removed 0, failed 1 "
+                                           "(dup.JPG: another file already has the name dup)")
+    assert rows(settings)["dup"]["file_name"] == "dup.jpg" and public_copies(settings) == {"dup.jpg"}
+
+
+def test_a_copy_is_dated_when_written_so_an_older_replacement_is_newer_to_caches(tmp_path):
+    settings = make_settings(tmp_path)
+    paths = demo_photos.generate(settings.photos_dir, count=1)
+    ingest.run_photos(settings)
+    copy = settings.images_dir / "full" / paths[0].name
+    before = copy.stat().st_mtime_ns
+    paths[0].write_bytes(demo_photos.make_jpeg(demo_photos.DEMOS[0], 7))
+    os.utime(paths[0], (1735689600, 1735689600))  # restored from a backup that keeps 2025-01-01
+    assert ingest.run_photos(settings).startswith("added 0, updated 1,")
+    assert copy.stat().st_mtime_ns >= before
+    assert_public_copy(paths[0].read_bytes(), copy.read_bytes())
+    # an unchanged photo's copy is left as it is
+    assert ingest.run_photos(settings).startswith("added 0, updated 0,") and copy.stat().st_mtime_ns >= before
+
+
+def test_raw_files_and_subfolders_are_counted_and_a_few_named(tmp_path, caplog):
+    settings = make_settings(tmp_path)
+    paths = demo_photos.generate(settings.photos_dir, count=1)
+    for number in range(8):
+        (settings.photos_dir / f"DSCF{number:04}.RAF").write_bytes(b"FUJIFILMCCD-RAW")
+    (settings.photos_dir / "2025").mkdir()
+    shutil.copy(paths[0], settings.photos_dir / "2025" / "filed.jpg")
+    with caplog.at_level("WARNING"):
+        summary = ingest.run_photos(settings)
+    assert summary == ("added 1, updated 0, removed 0, failed 0; skipped 8 non-JPEG: DSCF0000.RAF, DSCF0001.RAF, "
+                       "DSCF0002.RAF, DSCF0003.RAF, DSCF0004.RAF, and 3 more; skipped 1 subfolder "
+                       "(only the folder's own files are read): 2025/")
+    assert len([r for r in caplog.records if r.message.startswith("skipped")]) == 1
+
+
+def test_the_capture_date_is_the_digitized_one_before_the_files_own(tmp_path):
+    settings = make_settings(tmp_path)
+    settings.photos_dir.mkdir()
+    (settings.photos_dir / "scan.jpg").write_bytes(tagged({"Exif.Photo.DateTimeDigitized": "2019:05:05 10:00:00",
+                                                           "Exif.Image.DateTime": "2024:01:01 09:00:00"}))
+    ingest.run_photos(settings)
+    row = rows(settings)["scan"]
+    assert (row["taken"], row["year"]) == ("2019:05:05 10:00:00", 2019) and "may" in row["expansion"].split()
+
+
+@pytest.mark.parametrize("description, sidecar, alt", [
+    ("SONY DSC", None, None),
+    ("OLYMPUS DIGITAL CAMERA", "Harbour at dawn\n", "Harbour at dawn"),  # the sidecar is the caption then
+    ("X-T5", None, None),  # only the model
+    ("bell\x07 esc\x1b[31m red", None, "bell esc [31m red"),
+    (None, "\ufeffSunset over the bay\n", "Sunset over the bay"),  # a sidecar saved by Notepad
+])
+def test_captions_are_the_photographers_words_on_one_line(tmp_path, description, sidecar, alt):
+    settings = make_settings(tmp_path)
+    settings.photos_dir.mkdir()
+    tags = {"Exif.Image.Make": "FUJIFILM", "Exif.Image.Model": "X-T5"}
+    if description:
+        tags["Exif.Image.ImageDescription"] = description
+    (settings.photos_dir / "c.jpg").write_bytes(tagged(tags))
+    if sidecar:
+        (settings.photos_dir / "c.txt").write_text(sidecar, encoding="utf-8")
+    ingest.run_photos(settings)
+    assert rows(settings)["c"]["alt"] == alt

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from app import make_app
-from conftest import Client, OpenApiChecker, make_settings
+from conftest import Client, OpenApiChecker
 from lens_sites import site_fetcher
 from servers import serve_wsgi, start_thread, stop_thread, write_response
 from siteapi import db, openapi
@@ -191,14 +191,15 @@ def test_census_records_agents_md_jsonld_and_web_bot_auth(dns_server, tmp_path):
 def test_rows_stored_with_the_summary_surfaces_still_read(tmp_path):
     """Rows from before the census kept its own surfaces carry the compare summary's keys: the live
     /lens/census.json maps what corresponds and leaves the rest null, valid against the OpenAPI schema."""
-    settings = make_settings(tmp_path)
+    settings = settings_for(tmp_path, ["https://old.test/", "https://new.test/", "https://both.test/"])
     conn = db.writer(settings.db_path)
     conn.executescript(census.SCHEMA)
     old = {"llms": True, "markdown": True, "mcp": False, "agentCard": True, "apiCatalog": True}
     new = {"llms": False, "md": False, "mcp": True, "agents": True, "jsonld": True, "webBotAuth": False}
     with db.transaction(conn):
         for host, ymd, surfaces in (("old.test", "2026-01-05", old), ("new.test", "2026-01-12", new),
-                                    ("both.test", "2026-01-05", new), ("both.test", "2026-01-12", old)):
+                                    ("both.test", "2026-01-05", new), ("both.test", "2026-01-12", old),
+                                    ("gone.test", "2026-01-12", new)):  # a site the owner took off the roster
             conn.execute("INSERT INTO lens_census(run_id, ts, ymd, host, url, tier, score, level, doors, verdict, surfaces) "
                          "VALUES ('r', ? || 'T08:17:00Z', ?, ?, 'https://' || ? || '/', 'open', 40, 1, 0, 'human-only', ?)",
                          (ymd, ymd, host, host, json.dumps(surfaces)))
@@ -208,6 +209,7 @@ def test_rows_stored_with_the_summary_surfaces_still_read(tmp_path):
         response = Client(base, checker).get("/lens/census.json")
     assert response.status_code == 200 and checker.checked == [("/lens/census.json", 200)]
     found = {s["host"]: s["surfaces"] for s in response.json()["sites"]}
+    assert set(found) == {"old.test", "new.test", "both.test"}
     assert found["old.test"] == {"llms": True, "md": True, "mcp": False, "agents": None, "jsonld": None, "webBotAuth": None}
     assert found["new.test"] == new
     assert found["both.test"] == found["old.test"]  # the latest day's row, whichever census wrote it

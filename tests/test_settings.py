@@ -39,6 +39,10 @@ def test_secrets_only_from_environment(monkeypatch):
     ({"SITE_ASK_DEADLINE_MS": "-1"}, "SITE_ASK_DEADLINE_MS"),
     ({"SITE_RATE_DATA_Q": "many"}, "SITE_RATE_DATA_Q"),  # Datasette's budget (plugins/rate_limit.py)
     ({"SITE_RATE_DATA_W": "0"}, "SITE_RATE_DATA_W"),
+    # the photos job deletes in images_dir what no photo names: never in the originals' folder
+    ({"SITE_PHOTOS_DIR": "/srv/photos", "SITE_IMAGES_DIR": "/srv/photos/"}, "images_dir"),
+    ({"SITE_PHOTOS_DIR": "/srv/photos/originals", "SITE_IMAGES_DIR": "/srv/photos"}, "images_dir"),
+    ({"SITE_PHOTOS_DIR": "/srv/photos", "SITE_IMAGES_DIR": "/srv/photos/public"}, "photos_dir"),
 ])
 def test_bad_setting_names_the_key(monkeypatch, env, key):
     for name, value in env.items():

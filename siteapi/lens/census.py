@@ -147,9 +147,11 @@ def run_census(settings, fetcher: Fetcher | None = None, dns: DnsClient | None =
 
 
 def census(conn: sqlite3.Connection, settings) -> dict:
-    """The Census body. A sqlite3.Error (storage unreadable) is the app's 503 storage_unavailable."""
-    rows = conn.execute("SELECT ts, ymd, host, url, tier, score, level, doors, verdict, surfaces, error "
-                        "FROM lens_census ORDER BY ts, id").fetchall()
+    """The Census body: the roster's sites (one the owner removed keeps its rows, unshown). A
+    sqlite3.Error (storage unreadable) is the app's 503 storage_unavailable."""
+    hosts = [host for host, _ in roster(settings)]
+    rows = [row for row in conn.execute("SELECT ts, ymd, host, url, tier, score, level, doors, verdict, surfaces, "
+                                        "error FROM lens_census ORDER BY ts, id") if row["host"] in hosts]
     by_host: dict[str, list] = {}
     for row in rows:
         by_host.setdefault(row["host"], []).append(row)
@@ -170,5 +172,5 @@ def census(conn: sqlite3.Connection, settings) -> dict:
         sites.append(site)
     sites.sort(key=lambda s: (s["score"] is None, -(s["score"] or 0), s["host"]))
     ymds = sorted({r["ymd"] for r in rows})
-    return {"ok": True, "roster": [host for host, _ in roster(settings)], "snapshots": len(ymds),
+    return {"ok": True, "roster": hosts, "snapshots": len(ymds),
             "firstYmd": ymds[0] if ymds else None, "lastYmd": ymds[-1] if ymds else None, "sites": sites}
