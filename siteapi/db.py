@@ -346,10 +346,14 @@ ABANDONED = ("The run stopped before it recorded its end (its process was killed
              "what it had not committed was rolled back.")
 
 
+JOB_HISTORY_DAYS = 90  # runs of a job older than this are forgotten when it starts again (~700 runs a day)
+
+
 def start_job_run(conn: sqlite3.Connection, name: str) -> int:
     """Record a run of `name` as started. The caller holds the job's lock (jobs.py), so a run of
     `name` left unfinished can only be one that died: it is closed as failed (ABANDONED)."""
     with transaction(conn):
+        conn.execute("DELETE FROM job_runs WHERE name = ? AND started < ?", (name, now_iso(JOB_HISTORY_DAYS * 86400)))
         conn.execute("UPDATE job_runs SET finished = ?, ok = 0, error = ? WHERE name = ? AND finished IS NULL",
                      (now_iso(), ABANDONED, name))
         cur = conn.execute("INSERT INTO job_runs(name, started) VALUES (?, ?)", (name, now_iso()))

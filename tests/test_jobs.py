@@ -75,13 +75,25 @@ def test_a_job_held_by_another_run_is_not_run_again(settings):
 def test_an_unfinished_run_is_closed_as_failed_by_the_next_run_of_its_job(settings):
     conn = db.writer(settings.db_path)
     with db.transaction(conn):  # runs whose processes died: nothing else can hold their job's lock now
-        conn.executemany("INSERT INTO job_runs(name, started) VALUES (?, '2026-11-21T08:00:00Z')",
-                         [("lens-caches",), ("photos",)])
+        conn.executemany("INSERT INTO job_runs(name, started) VALUES (?, ?)",
+                         [("lens-caches", db.now_iso(3600)), ("photos", db.now_iso(3600))])
     assert jobs.run_job(settings, "lens-caches")[0]
     rows = conn.execute("SELECT name, finished IS NOT NULL, ok, error FROM job_runs ORDER BY id").fetchall()
     conn.close()
     assert [tuple(r) for r in rows] == [("lens-caches", 1, 0, db.ABANDONED), ("photos", 0, None, None),
                                         ("lens-caches", 1, 1, None)]
+
+
+def test_a_jobs_runs_older_than_its_history_are_forgotten_when_it_starts(settings):
+    conn = db.writer(settings.db_path)
+    kept, old = db.now_iso((db.JOB_HISTORY_DAYS - 1) * 86400), db.now_iso((db.JOB_HISTORY_DAYS + 1) * 86400)
+    with db.transaction(conn):
+        conn.executemany("INSERT INTO job_runs(name, started, finished, ok) VALUES (?, ?, ?, 1)",
+                         [("lens-caches", old, old), ("lens-caches", kept, kept), ("photos", old, old)])
+    assert jobs.run_job(settings, "lens-caches")[0]
+    rows = conn.execute("SELECT name, started FROM job_runs ORDER BY id").fetchall()
+    conn.close()
+    assert [tuple(r) for r in rows[:2]] == [("lens-caches", kept), ("photos", old)] and len(rows) == 3
 
 
 def test_a_site_db_that_cannot_be_used_fails_the_run_with_a_sentence(settings):
