@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import resource
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +24,11 @@ from servers import serve_wsgi  # noqa: E402
 from siteapi import demo_photos, openapi  # noqa: E402
 from siteapi.config import RatePolicy, load_settings  # noqa: E402
 
-SHARED = ROOT.parent / "shared"
+SHARED = ROOT.parent / "shared"  # the spec and data beside the project, absent on a user's machine
+# Work that must stay linear runs in a child held to this much CPU: linear code takes milliseconds at
+# the sizes the tests give it, the quadratic code it replaced minutes, so the limit tells them apart
+# without timing anything that noise on a shared machine could sway.
+CPU_LIMIT_S = 60
 # The Datasettes the tests start (test_metadata's, the stack's) read [rate] data from the environment:
 # raised as make_settings raises the app's quotas; test_metadata's sends one ~60 requests in seconds.
 os.environ.setdefault("SITE_RATE_DATA_Q", "100000")
@@ -177,3 +183,11 @@ def scanner():
 @pytest.fixture()
 def api(live, checker):
     return Client(live, checker)
+
+
+def held_to_cpu(code: str) -> subprocess.CompletedProcess:
+    """Run Python `code` (with the project and the tests importable) in a child held to CPU_LIMIT_S."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).parent, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S)))

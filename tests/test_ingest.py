@@ -17,8 +17,9 @@ from PIL import Image, ImageCms
 import jobs
 from siteapi import db, demo_photos, exif, ingest, photos, ranker
 from siteapi.config import load_settings
+from conftest import SHARED
 
-REAL_PHOTOS = Path(__file__).resolve().parents[2] / "shared" / "data" / "photos"
+REAL_PHOTOS = SHARED / "data" / "photos"
 SECRETS = ("DEMO-SERIAL-0042", "FFDT00424242", "DEMO-LENS-77", "Demo Owner", "3012/100", "5123/100")
 REAL_SECRETS = ("FFDT22873443", "FF02B8054953", "4B005176", "58A15074", "Victor Quiroz", "victorhqc.com")
 

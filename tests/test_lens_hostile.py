@@ -4,22 +4,16 @@ a Link header, page HTML), stacked Content-Encodings, JSON-LD that grows when re
 discovery results too big to keep in site.db.
 
 Work that must stay linear runs on inputs at the size the lens accepts (512 KB) in a child process
-held to 60 s of CPU: linear code takes milliseconds there, the quadratic code it replaced took from
-minutes to half an hour, so the limit tells them apart without timing anything that noise could sway."""
+held to conftest.CPU_LIMIT_S of CPU: the quadratic code it replaced took from minutes to half an hour."""
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import resource
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 import lens_web
-from conftest import ROOT
+from conftest import held_to_cpu
 from lens_sites import FAT_DOCS, site_fetcher
 from siteapi import db
 from siteapi.config import load_settings
@@ -28,7 +22,6 @@ from siteapi.lens.fetch import FetchResult
 from siteapi.lens.observe import inspect
 
 HOSTILE_CHARS = 512 * 1024  # the robots.txt cap; no fetched text the lens reads whole is longer
-CPU_LIMIT_S = 60
 
 
 def _security_txt(text: str) -> dict:
@@ -67,10 +60,7 @@ def run_at_the_cap(names: list[str]) -> None:
 
 @pytest.mark.parametrize("name", LINEAR)
 def test_work_on_fetched_text_stays_linear_at_the_cap(name):
-    child = subprocess.run(
-        [sys.executable, "-c", f"import test_lens_hostile as t; t.run_at_the_cap({[name]!r})"],
-        cwd=Path(__file__).parent, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S)), timeout=300)
+    child = held_to_cpu(f"import test_lens_hostile as t; t.run_at_the_cap({[name]!r})")
     assert child.returncode == 0, f"{name}: {child.returncode} {child.stderr[-1500:]}"
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from types import MappingProxyType
 
 import pytest
@@ -264,10 +263,9 @@ def test_undecodable_body(web, settings):
 
 
 @pytest.mark.parametrize("path", ["/big", "/bomb/gzip", "/deep", "/jsonld-flood", "/jsonld-deep"])
-def test_hostile_pages_answer_in_bounded_time(web, settings, path):
-    started = time.monotonic()
+def test_hostile_pages_are_read_within_the_caps(web, settings, path):
+    """How long the work takes is held by test_lens_hostile's CPU limits; here what is read of it."""
     seen = look(web, settings, path)
-    assert time.monotonic() - started < 5
     assert seen["ok"] is True
     if path in ("/big", "/jsonld-flood"):
         assert seen["truncated"] is True and seen["anatomy"]["parseTruncated"] is True

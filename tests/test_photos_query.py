@@ -19,7 +19,7 @@ from siteapi import db, demo_photos, ingest, photos
 from siteapi.config import load_settings
 
 from app import make_app
-from conftest import ROOT, Client, make_settings
+from conftest import SHARED, Client, make_settings
 from servers import serve_wsgi
 
 DEMOS = {demo.stem: demo for demo in demo_photos.DEMOS}
@@ -428,7 +428,7 @@ def test_the_app_serves_images_as_the_edge_does(env):
         sidecar.unlink()
 
 
-REAL_PHOTOS = ROOT.parent / "shared" / "data" / "photos"
+REAL_PHOTOS = SHARED / "data" / "photos"
 # What the originals carry and no published file may: the demo set's serials and owner, and the
 # shared real camera files' serials, owner name and site.
 PRIVATE = (demo_photos.BODY_SERIAL, demo_photos.FUJI_SERIAL[:12], demo_photos.LENS_SERIAL, demo_photos.OWNER,

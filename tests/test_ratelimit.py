@@ -7,7 +7,6 @@ import shutil
 import socket
 import subprocess
 import time
-import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -105,21 +104,16 @@ def test_an_ipv6_caller_spends_one_budget_over_http_and_mcp(site_settings):
     assert codes == [200, 200, 429]
 
 
-def test_a_caller_seen_once_costs_a_few_hundred_bytes():
-    """A flood of distinct addresses fills the counters until the next sweep; each must stay small."""
+def test_a_flood_of_callers_seen_once_are_each_counted():
+    """Each distinct address has its own counter until the next sweep (what one costs in memory is
+    bench_ratelimit.py's figure)."""
     from siteapi import ratelimit
 
     windows = ratelimit.MemoryWindows()
     callers = 20_000
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        for n in range(callers):
-            windows.hit(("read", f"10.{n >> 16}.{(n >> 8) & 255}.{n & 255}", 60), 120, 60)
-        per_caller = (tracemalloc.get_traced_memory()[0] - before) / callers
-    finally:
-        tracemalloc.stop()
-    assert len(windows._hits) == callers and per_caller < 500, per_caller
+    for n in range(callers):
+        assert windows.hit(("read", f"10.{n >> 16}.{(n >> 8) & 255}.{n & 255}", 60), 120, 60)[:2] == (True, 119)
+    assert len(windows._hits) == callers
 
 
 def test_untrusted_forwarded_for_is_ignored(site_settings):
