@@ -295,7 +295,8 @@ class Site:
         `slots`: the handler runs holding one (a 429 when the caller holds its share, a 503 when
         the process is at its total). `error_body`: turns every error body of the route into the
         JSON it sends instead, status and headers kept (/mcp: a JSON-RPC error response).
-        `error_cache`: the Cache-Control of its 4xx answers but 429 (ERROR_CACHE, or no-store)."""
+        `error_cache`: the Cache-Control of its 4xx answers but 429 and an unserved API-Version's 400
+        (ERROR_CACHE, or no-store)."""
         allowed = list(dict.fromkeys(m.upper() for m in methods))
         if "GET" in allowed and "HEAD" not in allowed:
             allowed.insert(allowed.index("GET") + 1, "HEAD")
@@ -412,7 +413,10 @@ class Site:
         except ApiError as exc:
             if exc.limit is not None:
                 self._over_limit(exc.limit)
-            stored = error_cache if 400 <= exc.status < 500 and exc.status != 429 else NO_STORE
+            # Only an error the URL alone decides may be kept for everyone: a 429 is the caller's, an
+            # unserved API-Version the request header's (which no Vary names).
+            cacheable = 400 <= exc.status < 500 and exc.status != 429 and exc.body.get("code") != "unsupported_api_version"
+            stored = error_cache if cacheable else NO_STORE
             return self._error(exc, error_fields, error_body, stored)
         except sqlite3.Error as exc:  # site.db missing, emptied, damaged or unreadable until the jobs rebuild it
             log.error("site.db could not be read on %s %s: %s", method, request.path, exc)

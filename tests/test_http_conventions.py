@@ -391,6 +391,9 @@ def test_cache_control_per_endpoint(api):
     for path, expected in errors.items():
         r = api.get(path)
         assert (r.status_code, r.headers["Cache-Control"]) == expected, path
+    # a shared cache must not hand one caller's unserved API-Version to everyone asking for the URL
+    versioned = api.get("/search.json?q=film", headers={"API-Version": "2"})
+    assert (versioned.status_code, versioned.headers["Cache-Control"]) == (400, "no-store")
     deleted = api.request("DELETE", "/search.json?q=film")
     assert (deleted.status_code, deleted.headers["Cache-Control"]) == (405, "public, max-age=30, must-revalidate")
 
