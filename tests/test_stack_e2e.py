@@ -443,6 +443,23 @@ def test_the_edge_adds_one_server_field_and_compresses_every_json_type(stack):
 
 
 @needs_caddy
+@pytest.mark.parametrize("encoding", ["gzip", "zstd, gzip"])
+def test_a_head_through_the_edge_carries_the_gets_headers(stack, encoding):
+    """Caddy compressed a HEAD's empty body too: its Content-Length had been that of an empty gzip
+    stream (20 bytes), while the GET sends the document's. A HEAD now describes the identity
+    document: its true length, and otherwise the GET's fields."""
+    for path in ("/sitemap.xml", "/openapi.json", "/llms.txt", "/about.md", "/search.json?q=honda"):
+        got = requests.get(stack["edge"] + path, headers={"Accept-Encoding": encoding}, timeout=30)
+        head = requests.head(stack["edge"] + path, headers={"Accept-Encoding": encoding}, timeout=30)
+        assert head.status_code == got.status_code == 200 and head.content == b"", path
+        plain = requests.get(stack["edge"] + path, headers={"Accept-Encoding": "identity"}, timeout=30)
+        assert got.headers["Content-Encoding"] and head.headers["Content-Length"] == str(len(plain.content)), path
+        ignored = {"date", "content-length", "transfer-encoding", "content-encoding", "vary", "ratelimit"}
+        assert ({k.lower(): v for k, v in head.headers.items() if k.lower() not in ignored}
+                == {k.lower(): v for k, v in got.headers.items() if k.lower() not in ignored}), path
+
+
+@needs_caddy
 def test_a_compressed_document_revalidates_through_the_edge(stack):
     """The app's ETags are weak because Caddy compresses the bodies and passes them on: a client
     that got the gzip body sends that tag back and gets a 304 either way."""
