@@ -69,6 +69,21 @@ class ApiError(Exception):
         self.limit = limit
 
 
+def version_refusal(version: str | None) -> ApiError | None:
+    """The 400 for an API-Version field the site does not serve; None for 1, no field or an empty
+    one (no version asked for, as the 400 says "leave the header out")."""
+    if not (version and version.strip()) or version.strip() in SUPPORTED_API_VERSIONS:
+        return None
+    return ApiError(400, f"API-Version {version.strip()[:20]!r} is not served; send API-Version: 1 or leave the "
+                         "header out.", code="unsupported_api_version", supported=SUPPORTED_API_VERSIONS)
+
+
+def method_refusal(path: str, method: str, allowed: list[str]) -> ApiError:
+    """The 405 for a method the path does not answer, listing those it does."""
+    return ApiError(405, f"{path} answers {', '.join(allowed)}, not {method}.", code="method_not_allowed",
+                    headers={"Allow": ", ".join(allowed)}, allow=list(allowed))
+
+
 @dataclass
 class Reply:
     """A response other than plain 200 JSON: any status, content type, headers, body or stream."""
@@ -375,9 +390,7 @@ class Site:
               error_body=None, error_cache=NO_STORE):
         request, response = bottle.request, bottle.response
         method = request.method.upper()
-        version = header("API-Version", None)
-        # an empty field is no version asked for, as its absence is (the 400 says "leave the header out")
-        unserved_version = bool(version and version.strip()) and version.strip() not in SUPPORTED_API_VERSIONS
+        unserved_version = version_refusal(header("API-Version", None))
         try:
             if may_not_exist and (method == "OPTIONS" or method not in allowed or unserved_version):
                 handler(**url_args)  # raises the 404 of a path that names nothing; a real one goes on to its 204, 405 or 400
@@ -388,12 +401,9 @@ class Site:
                     ("Access-Control-Allow-Headers", "*"), ("Access-Control-Max-Age", "86400")]
                 return b""
             if method not in allowed:
-                raise ApiError(405, f"{request.path} answers {', '.join(allowed)}, not {method}.",
-                               code="method_not_allowed", headers={"Allow": ", ".join(allowed)}, allow=list(allowed))
+                raise method_refusal(request.path, method, allowed)
             if unserved_version:
-                raise ApiError(400, f"API-Version {version.strip()[:20]!r} is not served; send API-Version: 1 "
-                               "or leave the header out.", code="unsupported_api_version",
-                               supported=SUPPORTED_API_VERSIONS)
+                raise unserved_version
             decision = self.limiter.hit(policy, caller())
             request.environ[CONVENTION_HEADERS] += decision.headers()
             if not decision.allowed:

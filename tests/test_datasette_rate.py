@@ -38,12 +38,14 @@ class Answer(NamedTuple):
         return f"Answer({self.status}, {dict(self.headers)}, {self.body[:300]!r})"
 
 
-def get(port: int, path: str, forwarded: str | None = None, source: str = "127.0.0.1") -> Answer:
-    """GET from `source` (any address of 127/8 reaches a server on 127.0.0.1), with `forwarded` as
-    X-Forwarded-For."""
+def get(port: int, path: str, forwarded: str | None = None, source: str = "127.0.0.1", method: str = "GET",
+        headers: dict | None = None) -> Answer:
+    """GET (or `method`) from `source` (any address of 127/8 reaches a server on 127.0.0.1), with
+    `forwarded` as X-Forwarded-For."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
     try:
-        connection.request("GET", path, headers={"X-Forwarded-For": forwarded} if forwarded else {})
+        connection.request(method, path, headers={**({"X-Forwarded-For": forwarded} if forwarded else {}),
+                                                  **(headers or {})})
         response = connection.getresponse()
         return Answer(response.status, response.headers, response.read())
     finally:
@@ -102,6 +104,32 @@ def test_a_caller_gets_its_budget_then_a_429_before_datasette_runs(port):
     assert [remaining(a) for a in answers] == list(range(QUOTA - 1, -1, -1))  # the 400 carries them too
     assert_refused(get(port, slow, "198.51.100.1"))  # the plugin's 429, answered before Datasette runs
     assert_refused(get(port, "/data/", "198.51.100.1"))  # every page spends it, not only JSON
+
+
+DATA_PATHS = ["/data/", "/data/site", "/data/site/pages.json", "/data/-/static/app.css"]
+
+
+@pytest.mark.parametrize("path", DATA_PATHS)
+def test_methods_and_versions_follow_the_sites_rules(port, path):
+    """Datasette had answered TRACE or PROPFIND with a 500 and a traceback, a POST to a table with a
+    500, a PUT with a plain-text 405 without Allow, and OPTIONS with 405 or 200 by path."""
+    caller = f"2001:db8:5:{DATA_PATHS.index(path)}::1"  # a budget of its own for each path
+    for method in ("TRACE", "PROPFIND", "POST", "PUT", "DELETE", "FOO"):
+        refused = get(port, path, caller, method=method, headers={"Content-Type": "application/json"})
+        assert refused.status == 405 and refused.headers["Allow"] == "GET, HEAD, OPTIONS", (method, refused)
+        assert json.loads(refused.body) == {"error": f"{path} answers GET, HEAD, OPTIONS, not {method}.",
+                                            "code": "method_not_allowed", "status": 405,
+                                            "allow": ["GET", "HEAD", "OPTIONS"]}
+    options = get(port, path, caller, method="OPTIONS")
+    assert (options.status, options.headers["Allow"], options.body) == (204, "GET, HEAD, OPTIONS", b"")
+    for version, status in (("1", 200), ("", 200), ("2", 400), ("1, 2", 400)):
+        answer = get(port, path, caller, headers={"API-Version": version})
+        assert answer.status == status, (version, answer)
+        if status == 400:
+            assert json.loads(answer.body)["code"] == "unsupported_api_version"
+            assert json.loads(answer.body)["supported"] == ["1"]
+    head = get(port, path, caller, method="HEAD", headers={"API-Version": "2"})
+    assert head.status == 400 and head.body == b""
 
 
 def test_static_files_cost_nothing(port):
