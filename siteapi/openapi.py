@@ -34,6 +34,7 @@ def _document(base_url: str) -> dict:
     doc["servers"] = [{"url": base_url}]
     for _, _, op in operations(doc):
         op["responses"].setdefault("default", {"$ref": "#/components/responses/Error"})  # any path can meet it
+        op["responses"].setdefault("400", {"$ref": "#/components/responses/UnsupportedVersion"})  # so can any operation
         for status, response in op["responses"].items():
             # every answer the app gives carries these; the edge serves the image files itself
             if status.startswith("2") and "$ref" not in response and not op.get("x-edge-served"):
