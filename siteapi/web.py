@@ -58,13 +58,15 @@ LENGTH_UNKNOWN = "siteapi.length_unknown"  # a HEAD whose GET would send a body 
 
 class ApiError(Exception):
     """An error answered as JSON: `error` sentence, HTTP status, optional `code` and extra fields.
-    `limit`: the refusing limit of a 429 other than the route's own policy (its RateLimit headers)."""
+    `limit`: the refusing limit of a 429 other than the route's own policy (its RateLimit headers,
+    and the body's `limit`, its name)."""
 
     def __init__(self, status: int, error: str, code: str | None = None, headers: dict | None = None,
                  limit: Decision | None = None, **extra):
         super().__init__(error)
         self.status = status
-        self.body = {"error": error, **({"code": code} if code else {}), "status": status, **extra}
+        self.body = {"error": error, **({"code": code} if code else {}), "status": status, **extra,
+                     **({"limit": limit.policy.name} if limit else {})}
         self.headers = headers or {}
         self.limit = limit
 
@@ -416,7 +418,7 @@ class Site:
                         result = handler(**url_args)
                 except SlotsFull as full:
                     if full.mine:
-                        raise ApiError(429, str(full), code="busy", retry_after=slots.retry_after,
+                        raise ApiError(429, str(full), code="rate_limited", retry_after=slots.retry_after,
                                        limit=slots.refusal()) from None
                     raise ApiError(503, str(full), code="busy", retry_after=slots.retry_after,
                                    headers={"Retry-After": str(slots.retry_after)}) from None

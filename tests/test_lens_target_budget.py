@@ -1,7 +1,7 @@
 """The lens's per-target budget on the real server: one site is scanned afresh at most
 `[lens] target_scans` times per `target_window_s` for every caller together, over /lens/fetch (every
 phase and mode), /lens/compare.json (each side), a redirect's host and the MCP lens and snapshot
-tools; past it a 429 `target_rate_limited` with Retry-After comes before any request to that host
+tools; past it a 429 `rate_limited` (`limit` lens_target) with Retry-After comes before any request to that host
 (counted at the loopback sites), and answers from the lens caches spend nothing. Each test runs
 its own app, so its own budget; the window is an hour, so no test depends on how long it takes."""
 import dataclasses
@@ -55,7 +55,7 @@ def fetch(api, url: str, caller: str, **params) -> requests.Response:
 def assert_refused(response: requests.Response, host: str) -> None:
     body = response.json()
     assert response.status_code == 429, response.text[:500]
-    assert body["code"] == "target_rate_limited" and body["ok"] is False
+    assert body["code"] == "rate_limited" and body["limit"] == "lens_target" and body["ok"] is False
     assert REFUSAL.format(host=host) in body["error"]
     retry = int(response.headers["Retry-After"])
     assert 1 <= retry <= 60 and body["retry_after"] == retry
@@ -143,7 +143,8 @@ def test_the_cdn_scanner_is_asked_at_most_the_budget_for_all_callers(settings, s
             assert fetch(api, sites.url(site, "/scanner"), f"203.0.113.6{n}", mode="cloudflare").json()["available"]
         calls = len(scanner.calls)
         r = fetch(api, sites.url("paid.test", "/scanner"), "203.0.113.69", mode="cloudflare")
-        assert r.status_code == 429 and r.json()["code"] == "target_rate_limited" and r.json()["ok"] is False
+        assert r.status_code == 429 and r.json()["code"] == "rate_limited" and r.json()["ok"] is False
+        assert r.json()["limit"] == "lens_target"
         assert f"asks the agent-readiness scanner at 127.0.0.1 at most {BUDGET} times" in r.json()["error"]
         assert r.headers["RateLimit"] == f'"lens_target";r=0;t={r.headers["Retry-After"]}'
         assert len(scanner.calls) == calls  # not asked

@@ -68,7 +68,8 @@ def test_lens_work_is_capped_per_caller_and_in_total(gated):
         first = pool.submit(page_phase, api, web, "203.0.113.1")
         assert web.arrived.acquire(timeout=10)
         mine = page_phase(api, web, "203.0.113.1")  # the caller's one slot is taken
-        assert mine.status_code == 429 and mine.json()["code"] == "busy" and mine.json()["ok"] is False
+        assert mine.status_code == 429 and mine.json()["code"] == "rate_limited" and mine.json()["ok"] is False
+        assert mine.json()["limit"] == "lens_running"  # API.md §7: every 429 is rate_limited
         assert mine.headers["Retry-After"] == "5" and "you already have 1 lens requests running" in mine.json()["error"]
         assert mine.json()["retry_after"] == 5 and mine.headers["RateLimit"] == '"lens_running";r=0;t=5'
         assert mine.headers["RateLimit-Policy"] == '"inspect";q=100000;w=60, "lens_running";q=1;w=5'

@@ -81,7 +81,7 @@ class Visits:
 
 
 def refusal(spent: TargetSpent) -> ApiError:
-    return ApiError(429, str(spent), code="target_rate_limited", ok=False, retry_after=spent.retry_after,
+    return ApiError(429, str(spent), code="rate_limited", ok=False, retry_after=spent.retry_after,
                     limit=spent.decision)
 
 
@@ -95,7 +95,7 @@ def spend_on_scanner(budget: TargetBudget | None, scanner_url: str) -> None:
     if not decision.allowed:
         raise ApiError(429, f"The lens asks the agent-readiness scanner at {_described(site)} at most "
                        f"{decision.policy.quota} times in {decision.policy.window} seconds for all its callers "
-                       f"together; retry in {decision.retry_after} seconds.", code="target_rate_limited", ok=False,
+                       f"together; retry in {decision.retry_after} seconds.", code="rate_limited", ok=False,
                        retry_after=decision.retry_after, limit=decision)
 
 
