@@ -27,7 +27,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from siteapi.config import RatePolicy, option
 
@@ -83,14 +83,15 @@ class MemoryWindows:
     # so a sweep costs a constant share of the hits however many callers there are.
     PRUNE_EVERY = 4096
 
-    def __init__(self):
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
         self._lock = threading.Lock()
         self._hits: dict[tuple, list[float]] = {}
         self._since_prune = 0
 
     def hit(self, key: tuple, quota: int, window: int) -> tuple[bool, int, float]:
         """Spend one unit if one is left: (allowed, remaining, seconds until the oldest hit expires)."""
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             hits = self._hits.get(key)
             if hits is None:

@@ -96,7 +96,11 @@ def running(command: list[str], ready: Callable[[], bool], what: str, timeout: f
         yield proc
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def accepts(port: int) -> bool:

@@ -466,8 +466,6 @@ def lens_api(site_settings, checker):
 def test_lens_tools_share_the_inspect_budget_with_the_endpoint(lens_api):
     api, web = lens_api
     tools = tools_by_name(api)
-    if "lens_page" not in tools:
-        pytest.skip("/lens/fetch is not in openapi.yaml yet")
     page = tool_call(api, "lens_page", {"url": web.url("/rich")}).json()["result"]
     assert page["isError"] is False, page
     Draft202012Validator(tools["lens_page"]["outputSchema"]).validate(page["structuredContent"])

@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import shutil
+import signal
 import subprocess
 
 import lens_web
+import mcp
 import pytest
 from jsonschema import Draft202012Validator
 
@@ -17,7 +20,7 @@ from app import make_app
 from servers import serve_wsgi
 from siteapi.config import RatePolicy
 
-mcp = pytest.importorskip("mcp")
+INSPECTOR = "0.15.0"
 
 
 @pytest.fixture(scope="module")
@@ -138,12 +141,18 @@ def test_the_sdk_shows_why_the_read_budget_refused_it(site_settings):
 @pytest.mark.skipif(shutil.which("npx") is None, reason="npx is not installed")
 def test_the_mcp_inspector_cli_lists_the_tools(mcp_site):
     base, _ = mcp_site
+    # a version known to work, from the npm registry; in a session of its own, so that a timeout
+    # stops node as well as npx
+    inspector = subprocess.Popen(["npx", "-y", f"@modelcontextprotocol/inspector@{INSPECTOR}", "--cli", base + "/mcp",
+                                  "--transport", "http", "--method", "tools/list"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        done = subprocess.run(["npx", "-y", "@modelcontextprotocol/inspector", "--cli", base + "/mcp",
-                               "--transport", "http", "--method", "tools/list"],
-                              capture_output=True, text=True, timeout=120)
+        stdout, stderr = inspector.communicate(timeout=120)
     except subprocess.TimeoutExpired:
+        os.killpg(inspector.pid, signal.SIGKILL)
+        inspector.communicate()
         pytest.skip("the MCP Inspector could not be fetched in time")
+    done = subprocess.CompletedProcess(inspector.args, inspector.returncode, stdout, stderr)
     if done.returncode != 0 and ("ENOTFOUND" in done.stderr or "E404" in done.stderr or "EAI_AGAIN" in done.stderr
                                  or "network" in done.stderr.lower()):
         pytest.skip("the MCP Inspector package cannot be installed here")

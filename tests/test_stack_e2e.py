@@ -81,7 +81,10 @@ def stack_env(tmp, ports: dict[str, int]) -> dict[str, str]:
     # resolve (RFC 2606 .invalid): the scheduler runs both at start and they must not reach the internet.
     (tmp / "site.toml").write_text(re.sub(r"(?ms)^around_roster = \[.*?^\]", 'around_roster = [{ name = "Nowhere", '
                                           'url = "https://around.invalid/" }]', (ROOT / "site.toml").read_text()))
-    return {**os.environ, **{k: str(v) for k, v in ports.items()},
+    # Without the outside services' secrets a developer's shell may hold: the scheduler would call them.
+    inherited = {k: v for k, v in os.environ.items()
+                 if k not in ("SITE_SPOTIFY_CLIENT_ID", "SITE_SPOTIFY_CLIENT_SECRET", "SITE_CALENDAR_ICS_URL")}
+    return {**inherited, **{k: str(v) for k, v in ports.items()},
             "SITE_CONFIG": str(tmp / "site.toml"), "SITE_CONTENT_DIR": str(ROOT / "content"),
             "SITE_LENS_CENSUS_ROSTER": "https://census.invalid/",
             "SITE_DB_PATH": str(tmp / "site.db"), "SITE_ACCESS_LOG": str(tmp / "access.log"),
