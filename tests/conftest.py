@@ -93,6 +93,19 @@ class OpenApiChecker:
                 return entry and entry.get("schema")
         return None
 
+    def validate_stream(self, method: str, path: str, frames: list[tuple[str, object]]) -> None:
+        """Each (event name, decoded data) of a 200 event stream against the schema the operation's
+        `x-sse-data` (unnamed frames, whose name an SSE client gives as "message") or `x-sse-events`
+        (per name) gives; an event it does not name fails."""
+        stream = next(self.resolve(self.doc["paths"][t][method.lower()]["responses"]["200"])["content"]["text/event-stream"]
+                      for pattern, t in self.paths if pattern.match(path))
+        for event, data in frames:
+            schema = stream["x-sse-data"] if event == "message" and "x-sse-data" in stream else stream["x-sse-events"].get(event)
+            assert schema is not None, f"{method} {path}: event {event!r} is not documented in /openapi.json"
+            Draft202012Validator({**schema, "components": self.doc["components"]},
+                                 format_checker=Draft202012Validator.FORMAT_CHECKER).validate(data)
+            self.checked.append((path, f"event {event}"))
+
     def resolve(self, node):
         while isinstance(node, dict) and "$ref" in node:
             node = self.lookup(node["$ref"])

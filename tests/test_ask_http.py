@@ -68,7 +68,7 @@ def test_get_json_answer(client):
     assert scores == sorted(scores, reverse=True)
 
 
-def test_legacy_stream_read_by_an_sse_client(client):
+def test_legacy_stream_read_by_an_sse_client(client, checker):
     with connect_sse(client, "GET", "/ask", params={"query": "film simulation recipe", "top_k": "2",
                                                      "query_id": "h-2"}) as source:
         assert source.response.headers["content-type"].startswith("text/event-stream")
@@ -77,6 +77,7 @@ def test_legacy_stream_read_by_an_sse_client(client):
         # no length: siteapi.serving sends each frame as it is yielded (tests/test_serving.py)
         assert source.response.headers["transfer-encoding"] == "chunked"
         frames = [(e.event, json.loads(e.data)) for e in source.iter_sse()]
+    checker.validate_stream("GET", "/ask", frames)
     assert all(event == "message" for event, _ in frames)  # unnamed data frames
     kinds = [data["message_type"] for _, data in frames]
     assert kinds == ["begin-nlweb-response", "result", "result", "end-nlweb-response"]
@@ -85,10 +86,11 @@ def test_legacy_stream_read_by_an_sse_client(client):
     assert frames[-1][1]["query_id"] == "h-2" and "error" not in frames[-1][1]
 
 
-def test_structured_stream_read_by_an_sse_client(client):
+def test_structured_stream_read_by_an_sse_client(client, checker):
     payload = {"query": {"text": "where do I book a coffee"}, "top_k": 2, "query_id": "h-3"}
     with connect_sse(client, "POST", "/ask", json=payload) as source:
         frames = [(e.event, json.loads(e.data)) for e in source.iter_sse()]
+    checker.validate_stream("POST", "/ask", frames)
     assert [event for event, _ in frames] == ["start", "result", "result", "complete"]
     assert frames[0][1]["_meta"]["version"] == "0.55" and frames[0][1]["streaming"] is True
     assert [data["index"] for event, data in frames if event == "result"] == [0, 1]
