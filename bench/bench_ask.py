@@ -360,8 +360,12 @@ def main() -> None:
         for name in ("model", "lexical"):
             halves = " | ".join(f"{q[name][h][0]:.2f} / {q[name][h][1]:.2f}" for h in "AB")
             print(f"| {name} | {q[name]['top1']:.2f} | {q[name]['mrr10']:.2f} | {q[name]['top1_no_shared_word']:.2f} | {halves} |")
+        def met(value: float, target: float) -> str:
+            return "met" if round(value, 2) >= target else "**missed**"
+
         print(f"\nMean top probability: unanswerable {q['unanswerable_mean_top_probability']:.3f} (target < 0.2), "
-              f"answerable {q['answerable_mean_top_probability']:.3f}. Targets for the model: top-1 >= 0.70, MRR@10 >= 0.80.")
+              f"answerable {q['answerable_mean_top_probability']:.3f}. Targets for the model: top-1 >= 0.70 "
+              f"({met(q['model']['top1'], 0.70)}), MRR@10 >= 0.80 ({met(q['model']['mrr10'], 0.80)}).")
         print("\nReproduce: `.venv/bin/python bench/bench_ask.py` (T and none_cosine: `bench/fit_ranker.py`; "
               "page-representation variants with held-out halves: `--variants`).")
         if args.quality:

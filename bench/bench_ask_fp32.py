@@ -77,6 +77,8 @@ def compare(torch_python: str) -> None:
     cosines = np.sum(int8 * fp32, axis=1)
     print(f"\nCosine between the two models' vectors of the same text: median {np.median(cosines):.4f}, "
           f"min {cosines.min():.4f}.")
+    print("\nReproduce: `cd bench && ../.venv/bin/python bench_ask_fp32.py --torch-python .venv/bin/python` "
+          "(bench/run_all.py installs torch, transformers and the float32 weights into bench/.venv).")
 
 
 if __name__ == "__main__":
