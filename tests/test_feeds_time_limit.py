@@ -21,7 +21,9 @@ from tests.feeds_servers import (BlackHole, ForwardProxy, IcsServer, SilentNameS
                                  trusted_tls_ics)
 
 LIMIT = 2.0  # the calendar call's time limit in these tests
-SLACK = 1.5  # past the limit: the job's own work after the cut, on a busy machine
+# Past the limit: the job's own work after the cut, on a busy machine. Each fault below holds the
+# job for 10 s or more without the limit.
+SLACK = 4.0
 
 
 @pytest.fixture
@@ -102,11 +104,11 @@ def can_bind_mount_in_a_namespace() -> bool:
 def test_a_name_lookup_that_hangs_gets_only_the_time_left(tmp_path):
     """getaddrinfo can be neither interrupted nor given a timeout, and a name server that never
     answers holds it for resolv.conf's timeout times its attempts, per server and search domain: the
-    job was held for all of that past its 2 s limit (8 s here; 10 s with glibc's defaults and one
+    job was held for all of that past its 2 s limit (20 s here; 10 s with glibc's defaults and one
     server). It runs in a child whose /etc/resolv.conf names a loopback server that never answers."""
     dns = SilentNameServer()
     resolv_conf = tmp_path / "resolv.conf"
-    resolv_conf.write_text(f"nameserver {dns.address}\noptions timeout:8 attempts:1\n")
+    resolv_conf.write_text(f"nameserver {dns.address}\noptions timeout:20 attempts:1\n")
     settings_for(tmp_path, calendar_timeout=LIMIT)  # writes tmp_path / "site.toml"
     env = {name: value for name, value in os.environ.items() if "proxy" not in name.lower()}
     env["SITE_CALENDAR_ICS_URL"] = "http://calendar.feeds.test/calendar.ics"

@@ -257,7 +257,7 @@ def test_one_deadline_covers_the_whole_fetch(web, path):
     with pytest.raises(FetchFailed) as failed:
         lens_web.loopback_fetcher(web, timeout_s=1).fetch(web.url(path))
     assert str(failed.value) == "The site took too long to answer (1s timeout)."
-    assert time.monotonic() - started < 1.6
+    assert time.monotonic() - started < 10  # without the one deadline: 30 s, or never for /drip
 
 
 def test_a_refused_connection_is_a_failure(web):

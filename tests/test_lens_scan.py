@@ -132,10 +132,10 @@ def test_content_signal_and_tdmrep(run):
 
 
 def test_hanging_probes_do_not_outlast_the_deadline(sites, dns_server, settings):
-    fast = with_lens(settings, scan_timeout_s=1.5, probe_timeout_s=5)
+    fast = with_lens(settings, scan_timeout_s=1.5, probe_timeout_s=20)
     started = time.monotonic()
     obs = scan.scan(sites.url("hang.test"), fast, fetcher=site_fetcher(sites), dns=dns_server.client(), bot_views=False)
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 10  # each probe alone would wait its 20 s (hang.test holds 30)
     assert obs["ok"] and obs["discovery"]["robotsTxt"]["ok"] is False and "error" in obs["discovery"]["robotsTxt"]
     assert obs["agent"]["mcp"]["verdict"] == "unknown"
     assert obs["readiness"]["checks"]["robotsTxt"]["status"] == "unknown"
