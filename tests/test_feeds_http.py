@@ -5,6 +5,7 @@ import json
 import time
 
 import pytest
+from jsonschema import Draft202012Validator
 
 import jobs
 from app import make_app
@@ -15,6 +16,7 @@ from siteapi.config import RatePolicy
 from siteapi.feeds.around import run_around
 from test_feeds_around import loopback_fetcher
 from test_feeds_coffee import OWNER_CALENDAR
+from test_mcp import tool_call, tools_by_name
 from tests.feeds_servers import FirmServer, IcsServer, SpotifyServer, make_settings
 
 
@@ -151,3 +153,18 @@ def test_ledger_counts_ai_crawlers_only(fed_api):
     hits = {item["bot"]: item["hits"] for item in body["line_items"]}
     assert hits.get("gptbot") == 3 and hits.get("claudebot") == 1 and body["total_hits"] == 4
     assert body["total_usd"] == pytest.approx(0.04)
+
+
+@pytest.mark.parametrize("tool, path, arguments", [
+    ("now_playing", "/rn/tracks", {}), ("neighborhood", "/around/json", {}),
+    ("change_radar", "/around/changes.json?limit=500", {"limit": 500}),
+    ("coffee_availability", "/coffee/availability.json", {}), ("crawl_ledger", "/ledger.json", {}),
+])
+def test_the_feed_tools_answer_what_their_endpoints_do(fed_api, tool, path, arguments):
+    """The MCP tools on a site whose feeds hold data: their outputSchema holds, and they answer as
+    the endpoint does (elsewhere they meet only empty feeds, their error path)."""
+    listed = tools_by_name(fed_api)[tool]
+    result = tool_call(fed_api, tool, arguments).json()["result"]
+    assert result["isError"] is False, result
+    Draft202012Validator(listed["outputSchema"]).validate(result["structuredContent"])
+    assert result["structuredContent"] == fed_api.get(path).json()
