@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import ROOT, held_to_cpu, make_settings
+from conftest import ROOT, Client, held_to_cpu, make_settings
 from servers import serve_wsgi
 
 import jobs
@@ -158,16 +158,19 @@ def test_a_resume_that_is_not_one_object_keeps_the_last_good_one(tmp_path):
     assert stored == (ROOT / "content" / "resume.json").read_text()
 
 
-def test_a_resume_the_owner_removes_is_no_longer_served(tmp_path):
+def test_a_resume_the_owner_removes_is_no_longer_served(tmp_path, checker):
     content = copy_content(tmp_path)
     settings = make_settings(tmp_path, content_dir=content)
     assert jobs.run_job(settings, "content")[0]
     with serve_wsgi(make_app(settings).wsgi) as base:
-        assert requests.get(base + "/resume.json", timeout=30).status_code == 200
+        api = Client(base, checker)
+        assert api.get("/resume.json").status_code == 200
         (content / "resume.json").unlink()
         assert jobs.run_job(settings, "content")[0]
         for path in ("/resume.json", "/resume.md"):  # it was served on and on from its last row
-            assert requests.get(base + path, timeout=30).status_code == 404, path
+            gone = api.get(path, headers={"Accept": "application/json"})
+            assert gone.status_code == 404 and gone.json()["code"] == "not_found", path
+        assert checker.checked[-2:] == [("/resume.json", 404), ("/resume.md", 404)]
 
 
 def test_a_missing_or_empty_content_folder_is_refused_and_every_page_kept(tmp_path):

@@ -55,6 +55,15 @@ def test_feeds_answer_in_their_own_shape_before_site_db_exists(tmp_path, checker
     assert tracks.headers["Retry-After"] == "60"
 
 
+def test_tracks_without_a_folder_for_site_db_is_storage_not_configured(tmp_path, checker):
+    """The one 500 of API.md §7: site.db's folder is missing, so no job could ever build it."""
+    settings = dataclasses.replace(make_settings(tmp_path, {"playlist_id": "abc"}), db_path=tmp_path / "nowhere" / "site.db")
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        tracks = Client(base, checker).get("/rn/tracks")
+    assert (tracks.status_code, tracks.json()["code"], tracks.json()["tracks"]) == (500, "storage_not_configured", [])
+    assert checker.checked[-1] == ("/rn/tracks", 500)
+
+
 def test_error_bodies_keep_their_route_fields(tmp_path, checker):
     """The readers leave `tracks: []` and `ok: false` to their routes (API.md 2.1 and 4.8)."""
     settings = make_settings(tmp_path, {"playlist_id": "abc"})  # no access log
