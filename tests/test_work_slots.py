@@ -62,7 +62,7 @@ def page_phase(api, web, caller: str):
                    headers={"X-Forwarded-For": caller})
 
 
-def test_lens_work_is_capped_per_caller_and_in_total(gated):
+def test_lens_work_is_capped_per_caller_and_in_total(gated, checker):
     api, web = gated
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(page_phase, api, web, "203.0.113.1")
@@ -86,6 +86,10 @@ def test_lens_work_is_capped_per_caller_and_in_total(gated):
                                "name": "lens_page", "arguments": {"url": f"http://shop.test:{web.port}/"}}}))
         result = tool.json()["result"]
         assert result["isError"] is True and "Busy" in result["content"][0]["text"]
+        compare = api.get("/lens/compare.json", headers={"X-Forwarded-For": "203.0.113.4"}, params={
+            "left": f"http://shop.test:{web.port}/", "right": f"http://shop.test:{web.port}/b"})
+        assert compare.status_code == 503 and compare.json()["code"] == "busy"  # validated as LensBusy
+        assert ("/lens/compare.json", 503) in checker.checked[-3:]
         web.gate.set()
         assert first.result().status_code == 200 and second.result().status_code == 200
     assert page_phase(api, web, "203.0.113.3").status_code == 200  # every slot given back
