@@ -339,6 +339,9 @@ def test_the_title_is_the_document_s_not_an_icon_s():
     "<svg><title><x-a/>",
     "<math><annotation-xml encoding='text/html'><x/>",
     "<svg><style><g>",                 # an SVG style holds elements, unlike HTML's
+    "<div title='<script>'><ol>",     # a quoted value holds no tag
+    "<div title=<script>><ol>",       # read as a script that never ends: cut at it
+    "<div title=<!--><ol>",           # likewise a comment
 ])
 def test_what_nests_in_html_still_counts(nested):
     opener, _, repeated = nested.rpartition("<")

@@ -49,8 +49,11 @@ MF1_ROOTS = ("vcard", "hentry", "hfeed", "vevent", "vcalendar", "hreview", "hrev
              "hrecipe", "hresume", "hnews", "geo", "adr", "xoxo", "hlisting")
 _MF_SELECTOR = '[class^="h-"], [class*=" h-"], ' + ", ".join("." + c for c in MF1_ROOTS)
 _MF2_ROOT = re.compile(r"^h-[a-z0-9]+(-[a-z0-9]+)*$")
-# A comment's start, or a tag: end tag or not, its name, and whether it ends in "/>".
-_MARKUP = re.compile(r"<!--|<(/?)([A-Za-z][A-Za-z0-9:-]*)[^<>]*?(/?)>")
+# A comment's start, or a tag: end tag or not, its name, and whether it ends in "/>". Quoted
+# attribute values may hold < and > (title="<script>" opens no script). The name and the attributes
+# are atomic, so a failed match costs its length once: `<a` and 256 KB of letters had backtracked
+# through every split of the name from the attributes (minutes, holding the GIL).
+_MARKUP = re.compile(r"""<!--|<(/?)((?>[A-Za-z][A-Za-z0-9:-]*))(?>(?:[^<>"'/]+|/(?!>)|"[^"]*"|'[^']*')*)(/?)>""")
 _NOT_NESTING = frozenset("area base br col embed hr img input link meta param source track wbr li p td th tr "
                          "option optgroup dt dd rt rp thead tbody tfoot colgroup caption basefont bgsound frame "
                          "keygen".split())
@@ -172,7 +175,9 @@ def nesting_cut(text: str, limit: int = NESTING_LIMIT) -> int | None:
     builder as far as nesting goes: comments and raw text (script, style ...) hold no elements, and
     "/>" closes an element only inside SVG or MathML (an icon sprite's thousands of <path/> nest
     nothing, where <div/> in HTML opens a div). Where it cannot tell, it counts an element open: a
-    count too high cuts a page short, one too low would let a page nest as deep as it likes."""
+    count too high cuts a page short, one too low would let a page nest as deep as it likes. So a
+    comment or raw text that never ends (which a tag this reads differently from HTML could fake)
+    is cut at its start when what follows has tags enough to nest past the limit."""
     depth, position, switches = 0, 0, []  # switches: (element, in foreign content before it)
     foreign = False
     while (match := _MARKUP.search(text, position)) is not None:
@@ -180,7 +185,7 @@ def nesting_cut(text: str, limit: int = NESTING_LIMIT) -> int | None:
         if match.group() == "<!--":
             end = text.find("-->", position)
             if end < 0:
-                return None
+                return _unended(text, match, depth, limit)
             position = end + 3
             continue
         closing, name, self_closing = match.group(1), match.group(2).lower(), match.group(3)
@@ -197,7 +202,7 @@ def nesting_cut(text: str, limit: int = NESTING_LIMIT) -> int | None:
         if not foreign and name in _RAW_TEXT:
             end = _RAW_TEXT[name].search(text, position)
             if end is None:
-                return None
+                return _unended(text, match, depth, limit)
             position = end.end()
             continue
         if name in _NOT_NESTING:
@@ -212,6 +217,10 @@ def nesting_cut(text: str, limit: int = NESTING_LIMIT) -> int | None:
         if depth > limit:
             return match.start()
     return None
+
+
+def _unended(text: str, start: re.Match, depth: int, limit: int) -> int | None:
+    return start.start() if text.count("<", start.end()) > limit - depth else None
 
 
 def analyse(body: bytes, content_type: str, headers: dict, url: str, parse_bytes: int = 256 * 1024) -> Page:
@@ -295,14 +304,9 @@ def _clip(value: str | None) -> str:
 
 
 def document_title(tree):
-    """The document's <title>: the first not inside SVG or MathML, where a title names a drawing."""
-    for node in tree.css("title"):
-        ancestor = node.parent
-        while ancestor is not None and ancestor.tag not in ("svg", "math"):
-            ancestor = ancestor.parent
-        if ancestor is None:
-            return node
-    return None
+    """The document's <title>: the first not inside SVG or MathML, where a title names a drawing
+    (one selector, matched in C: a walk up from every title took seconds on 16,000 titles in a deep SVG)."""
+    return tree.css_first("title:not(svg *):not(math *)")
 
 
 def _structured(tree, base: str, link_header: list[dict]) -> dict:
