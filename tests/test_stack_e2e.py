@@ -533,6 +533,11 @@ def test_photo_archive_through_the_edge(stack, edge):
 def test_access_log_is_json_lines_without_query_strings(stack):
     """The privacy page: questions, search terms and inspected URLs are not kept with an address."""
     requests.get(stack["edge"] + "/about", headers={"User-Agent": "GPTBot/1.2"}, timeout=30)
+    # answers that repeat the query in a header: the app's trailing-slash 308, Datasette's redirect
+    # and the alternate Link of each of its HTML pages
+    for path in ("/ask/?query=my-private-moved", "/data/site/pages/?_search=my-private-redirect",
+                 "/data/site/pages?_search=my-private-table"):
+        requests.get(stack["edge"] + path, allow_redirects=False, timeout=30, headers={"User-Agent": "Privacy/0.9"})
     requests.get(stack["edge"] + "/search.json?q=my-private-search", timeout=30,
                  headers={"User-Agent": "Privacy/1.0", "Referer": "https://aadhar.sh/ask?query=my-private-question"})
     log = stack["tmp"] / "access.log"
