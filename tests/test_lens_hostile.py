@@ -238,6 +238,15 @@ def test_the_caches_keep_their_newest_rows_only(conn):
     assert cache.read(conn, cache.LEVELS, kept[-1], hours=1) == {"level": (cache.MAX_ROWS + 4) % 6}
 
 
+def test_the_cache_bound_is_in_bytes(conn):
+    """A robots.txt of emoji: 133,000 characters were 520 KB a row, twice the bound."""
+    wide, narrow = "\U0001F600" * 100_000, "x" * 200_000
+    cache.write(conn, cache.DISCOVERY, "https://wide.example", {"robots": wide})
+    cache.write(conn, cache.DISCOVERY, "https://narrow.example", {"robots": narrow})
+    assert cache.read(conn, cache.DISCOVERY, "https://wide.example", hours=1) is None
+    assert cache.read(conn, cache.DISCOVERY, "https://narrow.example", hours=1) == {"robots": narrow}
+
+
 def test_a_cached_result_of_another_shape_is_a_miss(sites, dns_server, settings, conn):
     """Rows written before the cached shape changed are read as no cache, not as a crash."""
     cache.write(conn, cache.DISCOVERY, sites.url("blog.test").rstrip("/"), {"probes": {}, "docs": {}})

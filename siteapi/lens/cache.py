@@ -31,7 +31,7 @@ DISCOVERY, LEVELS = "lens_discovery_cache", "lens_mode_cache"
 # caches may hold is bounded: a discovery result takes 6-9 KB on the test sites and 67 KB with every
 # document at its cap (a robots.txt over about 200 KB goes past the cap, and its origin is read
 # afresh each time); 1,000 rows are at most 256 MB and typically under 10.
-MAX_PAYLOAD_CHARS = 256 * 1024
+MAX_PAYLOAD_BYTES = 256 * 1024  # of UTF-8: a character may take four
 MAX_ROWS = 1000
 _KEYS = {DISCOVERY: "origin", LEVELS: "url"}
 
@@ -49,11 +49,11 @@ def read(conn: sqlite3.Connection | None, table: str, key: str, hours: float) ->
 
 def write(conn: sqlite3.Connection | None, table: str, key: str, payload: dict) -> None:
     """Store `payload` under `key` as of now, replacing what was there, unless it is longer than
-    MAX_PAYLOAD_CHARS; the table keeps its newest MAX_ROWS rows."""
+    MAX_PAYLOAD_BYTES; the table keeps its newest MAX_ROWS rows."""
     if conn is None:
         return
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    if len(text) > MAX_PAYLOAD_CHARS:
+    if len(text.encode()) > MAX_PAYLOAD_BYTES:
         return
     row = {_KEYS[table]: key, "fetched_at": time.time(), "payload": text}
     try:

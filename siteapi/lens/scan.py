@@ -9,7 +9,7 @@ joins what the page shows (`ai.llmsTxtPresent` counts /llms.txt). The origin's d
 is cached in site.db for `discovery_cache_hours` (cache.py): the probes (their bodies already cut
 short), the robots.txt text the verdicts are read from for each page, and what later passes read
 from the well-known documents (the agent doors, the keyless reason, the TDMRep terms), never the
-documents themselves; a result longer than the cache takes (cache.MAX_PAYLOAD_CHARS), or one in
+documents themselves; a result longer than the cache takes (cache.MAX_PAYLOAD_BYTES), or one in
 which a probe failed for now (no answer in time, a 5xx), is not cached.
 Also here: `summary` (LensSummary) and `compare` (LensComparison).
 """
