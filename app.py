@@ -234,8 +234,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-        shown = path if len(path) <= pages.SUGGEST_CHARS else path[:pages.SUGGEST_CHARS] + "…"
-        raise ApiError(404, f"Nothing lives at {shown}.", code="not_found")
+        raise ApiError(404, f"Nothing lives at {pages.shown_path(path)}.", code="not_found")
 
     def suggest(path):
         """The closest real pages to a path that names nothing (the routes alone when site.db is down)."""

@@ -284,12 +284,27 @@ def suggest(path: str, known: list[str], base_url: str, n: int = 3) -> list[str]
     return [base_url + quote(p, safe=URL_SAFE) for p in picks]
 
 
+def shown_path(path: str) -> str:
+    """The path asked for as a 404's sentence quotes it: cut after SUGGEST_CHARS."""
+    return path if len(path) <= SUGGEST_CHARS else path[:SUGGEST_CHARS] + "…"
+
+
+def _code_span(text: str) -> str:
+    """`text` as a Markdown code span, shown as it is: no link, emphasis or autolink is made of it
+    (GitHub's renderers link a bare https://... in text, whatever is escaped around it)."""
+    text = " ".join(text.splitlines())  # a blank line would end the span
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
+
+
 def render_error(settings, fmt: str, body: dict, path: str) -> tuple[str, str, dict]:
     """A 404 as Markdown or HTML, with its extra headers; JSON is handled by the web layer."""
     links = body.get("suggestions") or []
     if fmt == "markdown":
         # the sentence quotes the path asked for, which is anyone's text: shown, never rendered
-        sentence = _INLINE_SPECIALS.sub(r"\\\1", body["error"])
+        before, quoted, after = body["error"].partition(shown_path(path))
+        sentence = "".join((_INLINE_SPECIALS.sub(r"\\\1", before), _code_span(quoted) if quoted else "",
+                            _INLINE_SPECIALS.sub(r"\\\1", after)))
         text = f"# Not found\n\n{sentence}\n\n" + "".join(f"- <{u}>\n" for u in links)
         text += f"\nSee also the [sitemap]({settings.url('/sitemap.xml')}).\n"
         return MARKDOWN_TYPE, text, {"x-markdown-tokens": str(tokens.count(text))}

@@ -29,7 +29,11 @@ def test_the_markdown_404_shows_the_path_asked_for_without_rendering_it(api):
     assert r.status_code == 404
     rendered = MarkdownIt("commonmark").render(r.text)
     assert "evil.example" in rendered and 'href="https://evil.example/"' not in rendered and "<strong>" not in rendered
-    assert "Nothing lives at /[click here](https://evil.example/)**bold**." in rendered
+    assert "Nothing lives at <code>/[click here](https://evil.example/)**bold**</code>." in rendered
+    # a bare URL in the path would be a link in GitHub's renderers: it stays in a code span, backticks too
+    bare = api.get("/x%20https:%2F%2Fevil.example%2Flogin%60%60.md")
+    assert "Nothing lives at ``` /x https://evil.example/login``.md ```." in bare.text
+    assert MarkdownIt("commonmark").render(bare.text).count("<code>/x https://evil.example/login``.md</code>") == 1
 
 
 def test_the_home_pages_twin_is_index_md_alone(api):
