@@ -435,7 +435,7 @@ def legacy_stream(request: AskRequest, settings, conn, model_allowed, caller: st
         for item in ranked.results:
             yield _data({"message_type": "result", **ids, "content": [{"@type": "Item", **item}]})
     except Exception:
-        log.exception("ask stream failed for %r", request.query)
+        log.exception("ask stream %s failed (the question is not logged)", request.query_id)
         yield _data({"message_type": "end-nlweb-response", **ids, "error": True,
                      "message": "Ranking failed on the server; try again in a moment."})
         return
@@ -452,7 +452,7 @@ def structured_stream(request: AskRequest, settings, conn, model_allowed, caller
         for index, item in enumerate(ranked.results):
             yield _data({"index": index, "item": item}, "result")
     except Exception:
-        log.exception("ask stream failed for %r", request.query)
+        log.exception("ask stream %s failed (the question is not logged)", request.query_id)
         yield _data({"error": "Ranking failed on the server; try again in a moment."}, "error")
         yield _data({"_meta": {"version": VERSION}, "query_id": request.query_id, "error": True}, "complete")
         return

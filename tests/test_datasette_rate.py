@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections import Counter
 from typing import NamedTuple
 from urllib.parse import urlencode, urlsplit
@@ -242,3 +243,20 @@ def test_a_callers_requests_take_turns_and_leave_room_for_others(monkeypatch):
 
     statuses, peak = asyncio.run(burst())
     assert statuses == [200] * 6 and peak["203.0.113.7"] == plugin.RUNNING_PER_CALLER == 2
+
+
+def test_datasette_logs_no_request_lines(site_db, tmp_path):
+    """uvicorn's request lines hold the query string (SQL, search terms) the privacy page says is not kept."""
+    port, log = free_port(), tmp_path / "datasette.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(datasette_command(site_db, port), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not accepts(port):
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        assert get(port, "/data/site/pages.json?_search=my-private-term", "198.51.100.40").status == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert "Application startup complete" in log.read_text() and "my-private-term" not in log.read_text()
