@@ -29,7 +29,8 @@ def skill_markdown(settings, tool: Tool) -> str:
                   f"{' '.join(str(spec.get('description', spec.get('type', ''))).split())} |"
                   for name, spec in params.items()]
         lines.append("")
-    lines.append(f"The same capability over plain HTTP is described in {settings.url('/openapi.json')}.")
+    lines.append(f"The same capability over plain HTTP is `{tool.endpoint}`, described in {settings.url('/openapi.json')}."
+                 if tool.endpoint else "This tool is served over MCP only; no HTTP endpoint does the same.")
     return "\n".join(lines) + "\n"
 
 
@@ -49,7 +50,7 @@ def agent_card(settings, tools: dict[str, Tool], version: str) -> dict:
     return {
         "protocolVersion": "0.3.0",
         "name": settings.site_name,
-        "description": "The read-only public API of a personal site as tools: site search and questions, a photo "
+        "description": "The public API of a personal site as tools (read-only but for two that store snapshots): site search and questions, a photo "
                        "archive with film recipes, a URL inspector for how machines see a page, and live feeds. "
                        "Discovery only: the tools are served over MCP (Streamable HTTP) at /mcp, not over A2A.",
         "url": settings.url("/mcp"),

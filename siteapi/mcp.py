@@ -125,7 +125,7 @@ class McpServer:
         doc = openapi.load()
         self.info = {"name": settings.site_name, "title": f"{settings.site_name} MCP server",
                      "version": str(doc["info"]["version"]),
-                     "description": "Every capability of the site's read-only JSON API as a tool.",
+                     "description": "The site's JSON API as tools (the lens as summaries), read-only but for the two snapshot tools, which store rows.",
                      "websiteUrl": settings.url("/developers")}
         self.instructions = ("Read-only tools over the public API of a personal site: search and ask its pages, "
                              "query its photo archive, inspect public URLs (lens), and read its live feeds. "

@@ -41,6 +41,7 @@ class Tool:
     open_world: bool
     read_only: bool = True
     run: Callable[[dict, str], "Outcome"] = field(default=None, repr=False)
+    endpoint: str | None = None  # "GET /search.json": the HTTP operation it calls, if any
 
     def listing(self) -> dict:
         return {"name": self.name, "title": self.title, "description": self.description,
@@ -172,7 +173,7 @@ def endpoint_tools(doc: dict, caller_app: InProcess) -> list[Tool]:
                 input_schema=input_schema(doc, method, op, set(spec.get("hide") or ()) | set(fixed)),
                 output_schema=(inline(doc, {"$ref": f"#/components/schemas/{returns}"}) if returns
                                else output_schema(doc, op)),
-                open_world=bool(spec.get("openWorld", False)),
+                open_world=bool(spec.get("openWorld", False)), endpoint=f"{method.upper()} {path}",
                 run=_endpoint_runner(caller_app, path, method, fixed, RESHAPED[returns] if returns else None)))
     return tools
 

@@ -421,6 +421,9 @@ def test_agent_card_and_skills_list_the_mcp_tools(api):
         assert md.text.startswith(f"---\nname: {skill['name']}\n")
         assert hashlib.sha256(md.content).hexdigest() == skill["sha256"]
     assert api.get("/.well-known/agent-skills/nope/SKILL.md").status_code == 404
+    # a skill names its HTTP twin only when it has one
+    assert "plain HTTP is `GET /search.json`" in api.get("/.well-known/agent-skills/search-site/SKILL.md").text
+    assert "served over MCP only" in api.get("/.well-known/agent-skills/representation-capture/SKILL.md").text
 
 
 DOCUMENTS = ["/llms.txt", "/llms-full.txt", "/robots.txt", "/sitemap.xml", "/.well-known/api-catalog", "/openapi.json",
