@@ -153,22 +153,24 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     def lens_fetch():
         query = params()
         url, mode, phases = query.get("url"), query.get("mode"), query.get("phases")
+        budget = lens_budget.for_caller(caller())
         if mode is not None:
             if mode != "cloudflare":
                 raise ApiError(400, "mode accepts only cloudflare (that CDN's agent-readiness level); leave it out "
                                "for the full observation.", code="bad_mode", ok=False, parameter="mode")
             observe.check_phases(phases)  # ignored by the mode, but not a value to pass unremarked
             with lens_cache() as cache:
-                return cloudflare.level(url, settings, conn=cache, fetcher=fetcher, budget=lens_budget)
+                return cloudflare.level(url, settings, conn=cache, fetcher=fetcher, budget=budget)
         if phases is not None:
-            return observe.inspect(url, settings, phases, fetcher=fetcher, budget=lens_budget)
+            return observe.inspect(url, settings, phases, fetcher=fetcher, budget=budget)
         with lens_cache() as cache:  # the per-origin discovery cache
             return scan.scan(url, settings, fetcher=fetcher, conn=cache, bot_views=query.get("botViews") != "0",
-                             budget=lens_budget)
+                             budget=budget)
 
     def lens_compare():
         query = params()
-        return scan.compare(query.get("left"), query.get("right"), settings, fetcher=fetcher, budget=lens_budget)
+        return scan.compare(query.get("left"), query.get("right"), settings, fetcher=fetcher,
+                            budget=lens_budget.for_caller(caller()))
 
     def lens_census():
         return census.census(conn(), settings)

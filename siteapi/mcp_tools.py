@@ -238,7 +238,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
             try:
                 with slots.slot(caller) if policy else nullcontext(), \
                         closing(db.writer(settings.db_path)) as conn:
-                    return Outcome(result=work(conn, arguments, fetcher))
+                    return Outcome(result=work(conn, arguments, fetcher, budget.for_caller(caller)))
             except ApiError as exc:
                 return Outcome(error=exc.body["error"], details=exc.body)
             except SlotsFull as full:
@@ -248,7 +248,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
     stores = ("Stores one snapshot row per profile in the site's snapshot table (not read-only; "
               f"each call adds rows; rows are kept {vault.KEEP_DAYS} days, at most the newest {vault.KEEP_ROWS:,}).")
     per_site = (f"The URL's site is fetched afresh at most {budget.policy.quota} times per {budget.policy.window} "
-                "seconds for all callers of the lens together.")
+                f"seconds for all callers of the lens together, {budget.share.quota} for one caller.")
     return [
         Tool("representation_capture", "Representation Capture",
              "Fetch a public URL as up to four client profiles (browser, bot, markdown, identity; default "
@@ -267,8 +267,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
                  "snapshots": {"type": "array", "items": SNAPSHOT}}},
              open_world=True, read_only=False,
              run=with_conn("representation_capture",
-                           lambda conn, a, f: vault.capture(conn, a["url"], a.get("profiles"), fetcher=f,
-                                                            budget=budget))),
+                           lambda conn, a, f, b: vault.capture(conn, a["url"], a.get("profiles"), fetcher=f, budget=b))),
         Tool("representation_read", "Representation Read",
              "Read one stored representation snapshot by id (as returned by representation_capture or "
              "representation_compare). Reads only; stores nothing.",
@@ -277,7 +276,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
              {"type": "object", "required": ["ok", "snapshot"],
               "properties": {"ok": {"type": "boolean"}, "snapshot": SNAPSHOT}},
              open_world=False, read_only=True,
-             run=with_conn(None, lambda conn, a, f: vault.read(conn, a["snapshot_id"]))),
+             run=with_conn(None, lambda conn, a, f, b: vault.read(conn, a["snapshot_id"]))),
         Tool("representation_compare", "Representation Compare",
              "Refetch a stored snapshot's URL with the same profile and list which of its fields changed. "
              f"Stores one new snapshot row (not read-only). Limit {limiter.policies['representation_compare'].quota} "
@@ -290,5 +289,5 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
                      "field": {"type": "string"}, "before": {}, "after": {}}}}}},
              open_world=True, read_only=False,
              run=with_conn("representation_compare",
-                           lambda conn, a, f: vault.compare(conn, a["snapshot_id"], fetcher=f, budget=budget))),
+                           lambda conn, a, f, b: vault.compare(conn, a["snapshot_id"], fetcher=f, budget=b))),
     ]

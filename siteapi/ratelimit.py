@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import copy
 import functools
 import ipaddress
 import math
@@ -188,21 +189,37 @@ class WorkSlots:
 class TargetBudget:
     """At most `policy.quota` fresh lens scans of one site per `policy.window` seconds, for every
     caller together: one scan sends about 42 signed requests to the site, so per-caller budgets
-    alone let each caller aim over a thousand a minute at a site of its choosing."""
+    alone let each caller aim over a thousand a minute at a site of its choosing. And at most half
+    of that for any one caller (`share`), so that no one caller can keep a site from the others:
+    a caller's `inspect` budget (30 a minute) is larger than a site's (20)."""
 
-    def __init__(self, policy: RatePolicy, storage: str = "memory://"):
+    def __init__(self, policy: RatePolicy, storage: str = "memory://", share: int | None = None):
         self.policy = policy
-        self._limiter = RateLimiter({policy.name: policy}, storage)
+        self.share = RatePolicy(f"{policy.name}_caller", share or max(1, policy.quota // 2), policy.window)
+        self.caller: str | None = None
+        self._limiter = RateLimiter({policy.name: policy, self.share.name: self.share}, storage)
+
+    def for_caller(self, caller: str) -> TargetBudget:
+        """This budget, spending `caller`'s share of each site too (the counts are the same)."""
+        bound = copy.copy(self)
+        bound.caller = caller
+        return bound
 
     def spend(self, site: str) -> Decision:
+        if self.caller is not None:
+            mine = self._limiter.hit(self.share.name, f"{site} {self.caller}")
+            if not mine.allowed:
+                return mine
         return self._limiter.hit(self.policy.name, site)
 
 
 def lens_target_budget(settings) -> TargetBudget:
-    """[lens] target_scans (20) per target_window_s (60), in the [rate] storage."""
-    return TargetBudget(RatePolicy("lens_target", option(settings, "lens", "target_scans", 20, 1, 10_000),
-                                   option(settings, "lens", "target_window_s", 60, 1, 3600)),
-                        settings.rate_storage)
+    """[lens] target_scans (20) per target_window_s (60), target_scans_per_caller (half) of them
+    for one caller, in the [rate] storage."""
+    scans = option(settings, "lens", "target_scans", 20, 1, 10_000)
+    return TargetBudget(RatePolicy("lens_target", scans, option(settings, "lens", "target_window_s", 60, 1, 3600)),
+                        settings.rate_storage,
+                        option(settings, "lens", "target_scans_per_caller", max(1, scans // 2), 1, 10_000))
 
 
 def lens_work_slots(settings) -> WorkSlots:

@@ -31,7 +31,9 @@ REFUSAL = "fresh scans of {host} and its subdomains it makes in 3600 seconds for
 @pytest.fixture(scope="module")
 def settings(tmp_path_factory, dns_server, scanner):
     base = make_settings(tmp_path_factory.mktemp("lens-target-budget"))
+    # one caller may spend the whole budget here; test_one_caller_has_a_share_of_a_site sets a share
     lens = {**base.section("lens"), "scan_timeout_s": 4, "probe_timeout_s": 2, "target_scans": BUDGET,
+            "target_scans_per_caller": 10_000,
             "target_window_s": 3600, "dns_nameservers": [f"127.0.0.1#{dns_server.port}"],
             "cloudflare_scanner_url": f"http://127.0.0.1:{scanner.server_address[1]}/mcp"}
     settings = dataclasses.replace(base, sections={**base.sections, "lens": lens})
@@ -146,7 +148,8 @@ def test_the_cdn_scanner_is_asked_at_most_the_budget_for_all_callers(settings, s
         r = fetch(api, sites.url("paid.test", "/scanner"), "203.0.113.69", mode="cloudflare")
         assert r.status_code == 429 and r.json()["code"] == "rate_limited" and r.json()["ok"] is False
         assert r.json()["limit"] == "lens_target"
-        assert f"asks the agent-readiness scanner at 127.0.0.1 at most {BUDGET} times" in r.json()["error"]
+        assert (f"has made the {BUDGET} requests to the agent-readiness scanner at 127.0.0.1 it makes in 3600 seconds"
+                in r.json()["error"])
         assert r.headers["RateLimit"] == f'"lens_target";r=0;t={r.headers["Retry-After"]}'
         assert len(scanner.calls) == calls  # not asked
 
@@ -172,6 +175,19 @@ def test_a_redirect_spends_the_budget_of_the_host_it_leads_to(settings, sites, c
         assert_refused(fetch(api, sites.url("moved.test"), "203.0.113.41"), "landing.test")
         assert sites.hosts["landing.test"] == landing
         assert fetch(api, sites.url("moved.test", "/stay"), "203.0.113.41", phases="page").status_code == 200
+
+
+def test_one_caller_has_a_share_of_a_site(settings, sites, checker):
+    """The site's budget is everyone's: one caller, whose own inspect budget is larger, had kept a
+    site refused to every other caller. Past its share a caller is refused; the others go on."""
+    with lens_app(settings, sites, checker, target_scans_per_caller=1) as api:
+        assert fetch(api, sites.url("blog.test"), "203.0.113.80", phases="page").status_code == 200
+        mine = fetch(api, sites.url("blog.test", "/again"), "203.0.113.80", phases="page")
+        assert mine.status_code == 429 and mine.json()["limit"] == "lens_target_caller"
+        assert "one caller may have in 3600 seconds" in mine.json()["error"]
+        assert mine.headers["RateLimit"] == f'"lens_target_caller";r=0;t={mine.headers["Retry-After"]}'
+        assert fetch(api, sites.url("blog.test"), "203.0.113.81", phases="page").status_code == 200  # another caller
+        assert fetch(api, sites.url("ready.test"), "203.0.113.80", phases="page").status_code == 200  # another site
 
 
 def test_the_mcp_lens_and_snapshot_tools_answer_the_refusal(settings, sites, checker):

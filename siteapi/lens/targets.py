@@ -57,9 +57,17 @@ class TargetSpent(FetchFailed):
     def __init__(self, site: str, decision: Decision):
         self.decision = decision
         self.retry_after = decision.retry_after
-        super().__init__(f"The lens has made the {decision.policy.quota} fresh scans of {_described(site)} it makes in "
-                         f"{decision.policy.window} seconds for all its callers together, so that it cannot be "
-                         f"turned on one site; retry in {self.retry_after} seconds.")
+        super().__init__(_spent_sentence(f"fresh scans of {_described(site)}", decision, "so that it cannot be turned "
+                                         f"on one site; retry in {self.retry_after} seconds."))
+
+
+def _spent_sentence(what: str, decision: Decision, why: str) -> str:
+    if decision.policy.name.endswith("_caller"):
+        return (f"You have had the {decision.policy.quota} {what} one caller may have in {decision.policy.window} "
+                f"seconds (requests refused for the site's own budget count too), so that no one caller can keep "
+                f"a site from the others; retry in {decision.retry_after} seconds.")
+    return (f"The lens has made the {decision.policy.quota} {what} it makes in {decision.policy.window} seconds "
+            f"for all its callers together, {why}")
 
 
 class Visits:
@@ -93,10 +101,10 @@ def spend_on_scanner(budget: TargetBudget | None, scanner_url: str) -> None:
     site = site_of((urlsplit(scanner_url).hostname or "").rstrip("."))
     decision = budget.spend(site)
     if not decision.allowed:
-        raise ApiError(429, f"The lens asks the agent-readiness scanner at {_described(site)} at most "
-                       f"{decision.policy.quota} times in {decision.policy.window} seconds for all its callers "
-                       f"together; retry in {decision.retry_after} seconds.", code="rate_limited", ok=False,
-                       retry_after=decision.retry_after, limit=decision)
+        raise ApiError(429, _spent_sentence(f"requests to the agent-readiness scanner at {_described(site)}", decision,
+                                            f"a third party asked on every caller's behalf; retry in "
+                                            f"{decision.retry_after} seconds."),
+                       code="rate_limited", ok=False, retry_after=decision.retry_after, limit=decision)
 
 
 def spending(fetcher: Fetcher, budget: TargetBudget | None, target: Target) -> Fetcher:
