@@ -766,6 +766,9 @@ def test_ledger_follows_the_real_caddy_log_rolls(tmp_path):
 def test_the_app_down_is_a_json_502_at_the_edge(tmp_path):
     with caddy_in_front(free_port(), tmp_path) as port:  # no app listens there: down or restarting
         down = requests.get(f"http://127.0.0.1:{port}/search.json?q=honda", timeout=30)
+        data = requests.get(f"http://127.0.0.1:{port}/data/site/pages.json", timeout=30)  # nor Datasette
+    assert data.status_code == 502 and data.json()["code"] == "upstream_unavailable"
+    assert data.json()["error"].startswith("The site's data browser (Datasette) is not answering")
     assert down.status_code == 502 and down.headers["Content-Type"] == "application/json"
     assert down.headers["Cache-Control"] == "no-store"
     assert down.json() == {"error": "The site's app is not answering (it may be restarting); try again in a few "
