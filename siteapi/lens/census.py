@@ -1,4 +1,4 @@
-"""The weekly census: the lens run over a roster of 16 sites, one row per site per day, and its reader.
+"""The weekly census: the lens run over a roster of sites (16 as shipped), one row per site per day, and its reader.
 
 `run_census` scans each roster site (no bot views) four at a time, outside any transaction, then
 writes the run in one transaction; a run where every site failed raises and writes nothing. A later
