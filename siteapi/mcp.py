@@ -70,6 +70,7 @@ SERVER_ERROR = -32000  # JSON-RPC's first code for errors the implementation def
 HEADER_MISMATCH, UNSUPPORTED_VERSION = -32020, -32022
 MODERN_STATUS = {PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400, HEADER_MISMATCH: 400,
                  UNSUPPORTED_VERSION: 400, METHOD_NOT_FOUND: 404}
+REFUSAL_ID_BYTES = 64 * 1024  # of a refused request's body, read for its id; a longer one answers id null
 
 
 class RpcError(Exception):
@@ -189,8 +190,8 @@ class McpServer:
         """An error the site gives before the server reads the message (over the read budget, an
         unserved API-Version, GET, a fault), as the JSON-RPC response to it: MCP clients show a
         response's error and drop any other body. The sentence is the message, the rest its data."""
-        try:
-            message = json.loads(body(MAX_BODY_BYTES))
+        try:  # the id of a message of ordinary size: a refused request costs no megabyte of parsing
+            message = json.loads(body(REFUSAL_ID_BYTES))
         except (ValueError, RecursionError, ApiError):  # ApiError: a body in a content coding, itself refused
             message = None
         return rpc_error(readable_id(message), SERVER_ERROR, error["error"], {k: v for k, v in error.items() if k != "error"})

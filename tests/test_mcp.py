@@ -540,6 +540,9 @@ def test_mcp_spends_the_shared_read_budget_and_a_tool_call_its_endpoints_too(sit
         assert "read budget is 5 per 60 seconds" in refusal["error"]["message"]
         assert refusal["error"]["data"]["code"] == "rate_limited"
         assert refusal["error"]["data"]["retry_after"] == int(over.headers["Retry-After"])
+        padded = call(api, None, {"MCP-Protocol-Version": "2025-06-18"}, raw=json.dumps(
+            {**request("ping", msg_id="big"), "params": {"_meta": {"pad": "x" * 100_000}}}))
+        assert padded.status_code == 429 and padded.json()["id"] is None  # not read past 64 KB for its id
 
 
 def test_an_unserved_api_version_is_a_json_rpc_error_to_the_request(api):
