@@ -189,9 +189,9 @@ class WorkSlots:
 class TargetBudget:
     """At most `policy.quota` fresh lens scans of one site per `policy.window` seconds, for every
     caller together: one scan sends about 42 signed requests to the site, so per-caller budgets
-    alone let each caller aim over a thousand a minute at a site of its choosing. And at most half
-    of that for any one caller (`share`), so that no one caller can keep a site from the others:
-    a caller's `inspect` budget (30 a minute) is larger than a site's (20)."""
+    alone let each caller aim over a thousand a minute at a site of its choosing. And at most
+    `share` of them (half by default) for any one caller, so that no one caller can keep a site
+    from the others: a caller's `inspect` budget (30 a minute) is larger than a site's (20)."""
 
     def __init__(self, policy: RatePolicy, storage: str = "memory://", share: int | None = None):
         self.policy = policy
