@@ -15,7 +15,6 @@ import pytest
 import lens_web
 from conftest import held_to_cpu
 from lens_sites import FAT_DOCS, site_fetcher
-from selectolax.lexbor import LexborHTMLParser
 from siteapi import db
 from siteapi.config import load_settings
 from siteapi.lens import agent, cache, discovery, page, scan, terms
@@ -51,9 +50,6 @@ LINEAR = {
     # the tag reader behind the nesting cut: a name running into its attributes, no ">" to end it
     "page HTML, a tag name that never ends": (page.nesting_cut, lambda n: "<a" + "a0:-" * (n // 4), 1),
     "page HTML, a tag of slashes that never ends": (page.nesting_cut, lambda n: "<a" + " /" * (n // 2), 1),
-    "page HTML, titles of a deep drawing": (
-        lambda text: page.document_title(LexborHTMLParser(text)),
-        lambda n: "<body><svg>" + "<g>" * 2000 + "<title></title>" * n, 15),
     "Link header of '<'": (lambda value: page.parse_link_header(value, "https://x.test/"), lambda n: "<" * n, 1),
 }
 

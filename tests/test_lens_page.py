@@ -342,10 +342,19 @@ def test_the_title_is_the_document_s_not_an_icon_s():
     "<div title='<script>'><ol>",     # a quoted value holds no tag
     "<div title=<script>><ol>",       # read as a script that never ends: cut at it
     "<div title=<!--><ol>",           # likewise a comment
+    "<!--><ol>",                      # a comment that ends where it starts
+    "<!---><ol>",
 ])
 def test_what_nests_in_html_still_counts(nested):
     opener, _, repeated = nested.rpartition("<")
     assert page.nesting_cut(opener + ("<" + repeated) * 3000) is not None
+
+
+@pytest.mark.parametrize("tag", ["<div a=b'>", "<div '>", '<p x="y"z">'])
+def test_a_quote_opens_a_value_only_after_an_equals_sign(tag):
+    """Two such tags had hidden every element between them from the count: a value running from one
+    quote to the next, across the page."""
+    assert page.nesting_cut(tag + "<ol>" * 3000 + tag) is not None
 
 
 @pytest.mark.parametrize("xfo, framable", [("DENY, SAMEORIGIN", False), ("ALLOWALL, DENY", False),

@@ -49,11 +49,13 @@ MF1_ROOTS = ("vcard", "hentry", "hfeed", "vevent", "vcalendar", "hreview", "hrev
              "hrecipe", "hresume", "hnews", "geo", "adr", "xoxo", "hlisting")
 _MF_SELECTOR = '[class^="h-"], [class*=" h-"], ' + ", ".join("." + c for c in MF1_ROOTS)
 _MF2_ROOT = re.compile(r"^h-[a-z0-9]+(-[a-z0-9]+)*$")
-# A comment's start, or a tag: end tag or not, its name, and whether it ends in "/>". Quoted
-# attribute values may hold < and > (title="<script>" opens no script). The name and the attributes
-# are atomic, so a failed match costs its length once: `<a` and 256 KB of letters had backtracked
-# through every split of the name from the attributes (minutes, holding the GIL).
-_MARKUP = re.compile(r"""<!--|<(/?)((?>[A-Za-z][A-Za-z0-9:-]*))(?>(?:[^<>"'/]+|/(?!>)|"[^"]*"|'[^']*')*)(/?)>""")
+# A comment's start, or a tag: end tag or not, its name, and whether it ends in "/>". A quoted
+# attribute value may hold < and > (title="<script>" opens no script); a quote anywhere but after
+# "=" is a character, as HTML's tokenizer reads it (<div a=b'> is one tag). The name and the
+# attributes are atomic, so a failed match costs its length once: `<a` and 256 KB of letters had
+# backtracked through every split of the name from the attributes (minutes, holding the GIL).
+_MARKUP = re.compile(r"""<!--|<(/?)((?>[A-Za-z][A-Za-z0-9:-]*))"""
+                     r"""(?>(?:[^<>"'/=]+|=\s*"[^"]*"|=\s*'[^']*'|[="']|/(?!>))*)(/?)>""")
 _NOT_NESTING = frozenset("area base br col embed hr img input link meta param source track wbr li p td th tr "
                          "option optgroup dt dd rt rp thead tbody tfoot colgroup caption basefont bgsound frame "
                          "keygen".split())
@@ -183,6 +185,9 @@ def nesting_cut(text: str, limit: int = NESTING_LIMIT) -> int | None:
     while (match := _MARKUP.search(text, position)) is not None:
         position = match.end()
         if match.group() == "<!--":
+            if text.startswith((">", "->"), position):  # <!--> and <!---> end where they start, in HTML
+                position = text.index(">", position) + 1
+                continue
             end = text.find("-->", position)
             if end < 0:
                 return _unended(text, match, depth, limit)
