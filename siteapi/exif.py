@@ -11,6 +11,7 @@ Nothing outside the allowlist (GPS, serial numbers, owner names) is ever copied.
 """
 from __future__ import annotations
 
+import codecs
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -123,15 +124,22 @@ def _number(value: Fraction) -> str:
     return f"{float(value):.1f}".rstrip("0").rstrip(".")
 
 
+def _as_cp1252(error: UnicodeDecodeError) -> tuple[str, int]:
+    return error.object[error.start:error.end].decode("cp1252", "replace"), error.end
+
+
+codecs.register_error("siteapi.cp1252", _as_cp1252)
+
+
 def _readable(text: str) -> str:
-    """exiv2's text with bytes that are not UTF-8 (a Latin-1 caption from an older tool, bit rot)
-    read as windows-1252: python-exiv2 hands them over as lone surrogates, which SQLite and the
-    tokenizer refuse."""
+    """exiv2's text with the bytes that are not UTF-8 (a Latin-1 caption from an older tool, bit
+    rot) read as windows-1252, the rest as the UTF-8 it is: python-exiv2 hands such bytes over as
+    lone surrogates, which SQLite and the tokenizer refuse."""
     try:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogateescape").decode("cp1252", "replace")
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "siteapi.cp1252")
 
 
 class _Tags:
@@ -407,7 +415,24 @@ def public_original(data: bytes) -> bytes:
         image.writeMetadata()
     except exiv2.Exiv2Error as exc:
         raise PhotoError(f"cannot copy the original without its metadata ({exc.args[-1] if exc.args else exc})") from None
-    return _kept_segments(bytes(image.io().mmap()))
+    # With nothing public to keep exiv2 writes no EXIF segment, and a second one the original carried
+    # would become the first: then none is kept.
+    copy = _kept_segments(bytes(image.io().mmap()), exif=kept.count() > 0)
+    _assert_public(copy)
+    return copy
+
+
+# exiv2 writes the links to the sub-IFDs the public tags live in.
+_IFD_POINTERS = frozenset({"Exif.Image.ExifTag", "Exif.Photo.InteroperabilityTag"})
+
+
+def _assert_public(copy: bytes) -> None:
+    """The copy, read again, holds only PUBLIC_EXIF: whatever way a file found around the rewrite,
+    it fails here rather than publish a location or a serial number."""
+    image = _open_jpeg(copy)
+    leaked = {d.key() for d in image.exifData()} - PUBLIC_EXIF - _IFD_POINTERS
+    if leaked or image.iptcData().count() or image.xmpData().count():
+        raise PhotoError(f"its metadata could not be reduced to the public tags ({', '.join(sorted(leaked))[:200]})")
 
 
 def _scan_end(data: bytes, start: int) -> int:
@@ -425,10 +450,10 @@ def _scan_end(data: bytes, start: int) -> int:
     return len(data)
 
 
-def _kept_segments(jpeg: bytes) -> bytes:
+def _kept_segments(jpeg: bytes, exif: bool = True) -> bytes:
     """`jpeg` without the APPn and COM segments KEPT_SEGMENTS does not name (nor a FIRST_ONLY one
     after its first) and without anything after its end-of-image marker; every other segment and
-    the image data unchanged."""
+    the image data unchanged; without `exif`, no EXIF segment at all."""
     parts, at, seen = [jpeg[:2]], 2, set()
     while at + 1 < len(jpeg):
         if jpeg[at] != 0xFF:
@@ -446,6 +471,8 @@ def _kept_segments(jpeg: bytes) -> bytes:
         metadata = 0xE0 <= marker <= 0xEF or marker == 0xFE
         kind = next((signature for kept, signature in KEPT_SEGMENTS
                      if marker == kept and jpeg.startswith(signature, at + 4)), None)
+        if kind == b"Exif\0\0" and not exif:
+            kind = None
         if not metadata or (kind and kind not in seen):
             parts.append(jpeg[at:end])
             if kind in FIRST_ONLY:

@@ -624,13 +624,14 @@ def test_text_that_is_not_utf8_is_read_as_windows_1252_and_fails_nothing(tmp_pat
     paths = demo_photos.generate(settings.photos_dir, count=2)
     ingest.run_photos(settings)
     (settings.photos_dir / "cafe.jpg").write_bytes(tagged(
-        {"Exif.Image.ImageDescription": "Cafe! in Zurich", "Exif.Image.Make": "MAKERX", "Exif.Image.Model": "X-TXX"},
-        {b"Cafe!": b"Caf\xe9!", b"X-TXX": b"X-T\xff\x81"}))
+        {"Exif.Image.ImageDescription": "Cafe! in Zurich, naive", "Exif.Image.Make": "MAKERX", "Exif.Image.Model": "X-TXX"},
+        {b"Cafe!": b"Caf\xe9!", b"naive": "naïv".encode(), b"X-TXX": b"X-T\xff\x81"}))
     paths[0].unlink()  # unpublished by the owner in the same run
     ok, summary = jobs.run_job(settings, "photos")
     assert ok and summary.startswith("added 1, updated 0, removed 1, failed 0"), summary
     row = rows(settings)["cafe"]
-    assert row["alt"] == "Café! in Zurich" and row["camera"] == "MAKERX X-Tÿ\ufffd"
+    # the stray byte as windows-1252, the UTF-8 beside it as UTF-8
+    assert row["alt"] == "Café! in Zurich, naïv" and row["camera"] == "MAKERX X-Tÿ\ufffd"
     assert set(rows(settings)) == {"cafe", paths[1].stem} and paths[0].name not in public_copies(settings)
 
 
@@ -667,6 +668,22 @@ def test_a_second_exif_segment_never_reaches_the_public_copy(tmp_path):
     copy = (settings.images_dir / "full" / "twice.jpg").read_bytes()
     assert_public_copy(doubled, copy)
     assert copy.count(b"Exif\0\0") == 1
+
+
+def test_exif_without_a_public_tag_leaves_none_in_the_copy_however_many_segments(tmp_path):
+    """exiv2 writes no EXIF segment when no public tag is left, so a second segment became the first."""
+    settings = make_settings(tmp_path)
+    settings.photos_dir.mkdir()
+    original = tagged({"Exif.Image.Artist": demo_photos.OWNER, **demo_photos.GPS})
+    app1 = original.index(b"\xff\xe1")
+    first = original[app1:app1 + 2 + int.from_bytes(original[app1 + 2:app1 + 4], "big")]
+    assert first[4:10] == b"Exif\0\0"
+    doubled = original[:app1] + first + first + original[app1 + len(first):]
+    (settings.photos_dir / "private.jpg").write_bytes(doubled)
+    assert ingest.run_photos(settings) == "added 1, updated 0, removed 0, failed 0"
+    copy = (settings.images_dir / "full" / "private.jpg").read_bytes()
+    assert_public_copy(doubled, copy)
+    assert b"Exif\0\0" not in copy
 
 
 def test_only_files_named_as_thumbnails_are_ever_swept_from_images_dir(tmp_path):
