@@ -98,7 +98,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         cache = photos.ORIGINAL_CACHE if original else None  # None: the route's THUMBNAIL_CACHE
         if original and not settings.originals_public:
             raise ApiError(404, "Originals are not published on this site.", code="not_found")
-        missing = ApiError(404, f"There is no image at /images/{path[:pages.SUGGEST_CHARS]}.", code="not_found")
+        missing = ApiError(404, f"There is no image at {pages.shown_path(bottle.request.path)}.", code="not_found")
         if not path.lower().endswith(photos.IMAGE_SUFFIXES):  # image types only, as at the edge
             raise missing
         # static_file reads If-Modified-Since; RFC 9110 has If-None-Match override it, and a date later
