@@ -241,14 +241,10 @@ def status(settings: Settings) -> int:
 
 def _unfinished(settings: Settings, name: str) -> str:
     """What an unfinished run is: its job's lock is held only while a run is alive."""
-    try:
-        lock = db.try_lock(db.lock_path(settings.db_path, f"job-{name}"))
-    except OSError:
+    held = db.lock_held(db.lock_path(settings.db_path, f"job-{name}"))
+    if held is None:
         return "not finished (running, or killed: its next run closes it)"
-    if lock is None:
-        return "running now"
-    lock.close()
-    return "not finished: its process died (killed or stopped); its next run closes it as failed"
+    return "running now" if held else "not finished: its process died (killed or stopped); its next run closes it as failed"
 
 
 def main(argv: list[str]) -> int:

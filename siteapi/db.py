@@ -91,6 +91,26 @@ def try_lock(path: Path) -> IO | None:
     return open(fd)  # noqa: SIM115 - the caller holds it open for as long as it holds the lock
 
 
+def lock_held(path: Path) -> bool | None:
+    """Whether some process holds try_lock's lock on `path`, read from /proc/locks without taking
+    it (taking it, even for a moment, would turn away a run starting then); None when it cannot be
+    told (no /proc)."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return False  # no run ever took it
+    except OSError:
+        return None
+    try:
+        held = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF": the device as hex major:minor, then the inode
+    ident = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    return any(fields[1] == "FLOCK" and fields[5] == ident
+               for fields in (line.split() for line in held.splitlines()) if len(fields) > 5)
+
+
 def has_content(path: Path) -> bool:
     """The file exists and is not empty: a writer opening it would not build a new site.db."""
     try:
