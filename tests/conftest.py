@@ -6,8 +6,10 @@ import dataclasses
 import os
 import re
 import resource
+import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -212,3 +214,35 @@ def held_to_cpu(code: str) -> subprocess.CompletedProcess:
         [sys.executable, "-c", code], cwd=Path(__file__).parent, env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, timeout=300,
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S)))
+
+
+class WriteLockAsks:
+    """The threads (the main one left out) whose connections have asked SQLite for the write lock
+    (BEGIN IMMEDIATE): a test holding the lock releases it once its writers are known to wait."""
+
+    def __init__(self):
+        self.threads: set[str] = set()
+        self._changed = threading.Condition()
+
+    def traced(self, statement: str) -> None:
+        if statement.startswith("BEGIN IMMEDIATE") and threading.current_thread() is not threading.main_thread():
+            with self._changed:
+                self.threads.add(threading.current_thread().name)
+                self._changed.notify_all()
+
+    def wait_for(self, count: int, timeout_s: float = 120) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: len(self.threads) >= count, timeout_s), self.threads
+
+
+@pytest.fixture()
+def write_lock_asks(monkeypatch):
+    """Every connection opened during the test traced for its asks of the write lock."""
+    asks, connect = WriteLockAsks(), sqlite3.connect
+
+    def traced_connect(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(asks.traced)
+        return conn
+    monkeypatch.setattr(sqlite3, "connect", traced_connect)
+    return asks

@@ -67,7 +67,7 @@ def test_the_unread_column_goes_the_rows_stay_and_a_second_pass_changes_nothing(
         conn.close()
 
 
-def test_two_processes_opening_an_old_site_db_at_once_both_start(tmp_path):
+def test_two_processes_opening_an_old_site_db_at_once_both_start(tmp_path, write_lock_asks):
     """Both find the column there; the first to get the write lock drops it, and the second, asking
     again under the lock, finds nothing to do instead of failing on a column that is gone."""
     path = tmp_path / "site.db"
@@ -86,7 +86,7 @@ def test_two_processes_opening_an_old_site_db_at_once_both_start(tmp_path):
     threads = [threading.Thread(target=open_writer) for _ in range(2)]
     for thread in threads:
         thread.start()
-    time.sleep(1)
+    write_lock_asks.wait_for(2)  # both have looked at the columns and wait for the lock the holder has
     holder.execute("COMMIT")
     holder.close()
     for thread in threads:

@@ -178,7 +178,7 @@ def test_a_roll_after_a_read_of_nothing_loses_nothing(tmp_path, log, first_read)
     assert hits(settings)["gptbot"] == 6 - (not first_read)
 
 
-def test_overlapping_runs_count_each_line_once(tmp_path, log):
+def test_overlapping_runs_count_each_line_once(tmp_path, log, write_lock_asks):
     settings = settings_for(tmp_path, log)
     run_ledger(settings)
     append(log, *(caddy_line(f"/x{i}", UA["claudebot"]) for i in range(10)))
@@ -195,7 +195,7 @@ def test_overlapping_runs_count_each_line_once(tmp_path, log):
     runs = [threading.Thread(target=run) for _ in range(2)]
     for thread in runs:
         thread.start()
-    time.sleep(0.5)
+    write_lock_asks.wait_for(2)  # both have read the log and wait for the lock the holder has
     holder.execute("ROLLBACK")
     for thread in runs:
         thread.join()
