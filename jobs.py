@@ -48,7 +48,7 @@ log = logging.getLogger("jobs")
 
 @dataclass(frozen=True)
 class Job:
-    run: Callable[[Settings], str]
+    run: Callable[..., str]  # run(settings, **seams) -> its summary line
     trigger: dict  # APScheduler trigger: {"trigger": "interval", "minutes": 5} or cron fields
     about: str
 
@@ -71,10 +71,11 @@ JOBS: dict[str, Job] = {
 }
 
 
-def run_job(settings: Settings, name: str) -> tuple[bool, str]:
+def run_job(settings: Settings, name: str, **seams) -> tuple[bool, str]:
     """Run one job, recording it in job_runs; returns (ok, summary or error). A job already
     running elsewhere is not run again; a site.db that cannot be used fails the run with a
-    sentence (recorded when site.db can still take it)."""
+    sentence (recorded when site.db can still take it). `seams` reach the job's function: the
+    `fetcher` (and the census's `dns`) a test hands it, since the production ones refuse loopback."""
     try:
         lock = db.try_lock(db.lock_path(settings.db_path, f"job-{name}"))
     except OSError as exc:
@@ -88,19 +89,19 @@ def run_job(settings: Settings, name: str) -> tuple[bool, str]:
         except (sqlite3.Error, OSError) as exc:
             return _failed(name, db.storage_problem(settings.db_path, exc))
         try:
-            return _run_recorded(settings, name, conn)
+            return _run_recorded(settings, name, conn, seams)
         finally:
             conn.close()
 
 
-def _run_recorded(settings: Settings, name: str, conn) -> tuple[bool, str]:
+def _run_recorded(settings: Settings, name: str, conn, seams: dict) -> tuple[bool, str]:
     try:
         run_id = db.start_job_run(conn, name)
     except sqlite3.Error as exc:
         return _failed(name, db.storage_problem(settings.db_path, exc))
     started = time.monotonic()
     try:
-        summary = JOBS[name].run(settings)
+        summary = JOBS[name].run(settings, **seams)
     except Exception as exc:  # any failure is recorded; the job's last good data stays
         log.debug("job %s traceback", name, exc_info=True)
         error = db.storage_problem(settings.db_path, exc) if isinstance(exc, sqlite3.Error) else str(exc)
@@ -247,7 +248,7 @@ def _unfinished(settings: Settings, name: str) -> str:
     return "running now" if held else "not finished: its process died (killed or stopped); its next run closes it as failed"
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], **seams) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         settings = load_settings()
@@ -263,7 +264,7 @@ def main(argv: list[str]) -> int:
     if argv[0] == "status":
         return status(settings)
     if argv[0] == "run" and len(argv) == 2 and argv[1] in JOBS:
-        ok, summary = run_job(settings, argv[1])
+        ok, summary = run_job(settings, argv[1], **seams)
         print(f"{argv[1]}: {'ok' if ok else 'FAILED'}: {summary}")
         return 0 if ok else 1
     print(f"usage: python jobs.py [list | status | run {'|'.join(JOBS)}]", file=sys.stderr)

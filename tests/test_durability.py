@@ -94,27 +94,24 @@ if os.environ.get("PAUSE_WRITE"):  # a file whose path contains this, cut to hal
     os.fsync = half_written
 
 import jobs  # noqa: E402
-exec(os.environ.get("SEAM", ""))  # the seams the design lets tests replace (a loopback fetcher)
-sys.exit(jobs.main(sys.argv[1:]))
+SEAMS = {}
+exec(os.environ.get("SEAM", ""))  # what jobs.run_job lets a caller hand the job (a loopback fetcher)
+sys.exit(jobs.main(sys.argv[1:], **SEAMS))
 '''
 
-# Jobs that reach outside services get their loopback seams in the child, as the feed tests do.
+# Jobs that reach outside services are handed loopback seams in the child, as the feed tests do.
 AROUND_SEAM = """
-import dataclasses
 from test_feeds_around import loopback_fetcher
-from siteapi.feeds.around import run_around
-jobs.JOBS["around"] = dataclasses.replace(jobs.JOBS["around"], run=lambda s: run_around(s, fetcher=loopback_fetcher(s)))
+from siteapi.config import load_settings
+SEAMS = {"fetcher": loopback_fetcher(load_settings())}
 """
 CENSUS_SEAM = """
-import dataclasses
-from siteapi.lens.census import run_census
 from siteapi.lens.discovery import DnsClient
 from siteapi.lens.fetch import AddressPolicy, Fetcher
 port, dns_port = int(os.environ["WEB_PORT"]), int(os.environ["DNS_PORT"])
-fetcher = Fetcher(policy=AddressPolicy(allow=frozenset({("127.0.0.1", port)})), resolve=lambda host, t: ["127.0.0.1"],
-                  timeout_s=3.0)
-jobs.JOBS["census"] = dataclasses.replace(jobs.JOBS["census"], run=lambda s: run_census(
-    s, fetcher=fetcher, dns=DnsClient(["127.0.0.1"], dns_port)))
+SEAMS = {"fetcher": Fetcher(policy=AddressPolicy(allow=frozenset({("127.0.0.1", port)})),
+                            resolve=lambda host, t: ["127.0.0.1"], timeout_s=3.0),
+         "dns": DnsClient(["127.0.0.1"], dns_port)}
 """
 
 

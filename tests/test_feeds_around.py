@@ -1,8 +1,6 @@
 """The neighborhood crawl against loopback firm homepages with robots.txt rules, and its readers."""
 from __future__ import annotations
 
-import dataclasses
-import functools
 import hashlib
 import json
 from urllib.parse import urlsplit
@@ -210,13 +208,12 @@ def test_slow_and_down_firms_are_recorded_not_fatal(tmp_path, firms):
     assert sorted(live) == ["Delta", "Epsilon"]  # the live rows come first
 
 
-def test_a_crawl_that_reaches_no_firm_fails_and_keeps_the_last_snapshot(tmp_path, firms, checker, monkeypatch):
+def test_a_crawl_that_reaches_no_firm_fails_and_keeps_the_last_snapshot(tmp_path, firms, checker):
     settings = settings_for(tmp_path, firms)
-    crawl = functools.partial(run_around, fetcher=loopback_fetcher(settings))
-    monkeypatch.setitem(jobs.JOBS, "around", dataclasses.replace(jobs.JOBS["around"], run=crawl))
-    assert jobs.run_job(settings, "around")[0]
+    fetcher = loopback_fetcher(settings)
+    assert jobs.run_job(settings, "around", fetcher=fetcher)[0]
     firms["Alpha"].title = "Alpha Ventures — Fund IV"
-    assert jobs.run_job(settings, "around")[0]
+    assert jobs.run_job(settings, "around", fetcher=fetcher)[0]
 
     def radar(api):
         body = api.get("/around/changes.json").json()
@@ -228,7 +225,7 @@ def test_a_crawl_that_reaches_no_firm_fails_and_keeps_the_last_snapshot(tmp_path
         assert snapshot["count"] == 5 and [c["name"] for c in changes_before[1]] == ["Alpha"]
         for server in firms.values():
             server.close()
-        ok, error = jobs.run_job(settings, "around")
+        ok, error = jobs.run_job(settings, "around", fetcher=fetcher)
         assert not ok and "reached none of the 5 firms" in error
         assert api.get("/around/json").json() == snapshot
         assert radar(api) == changes_before
