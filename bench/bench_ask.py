@@ -49,7 +49,8 @@ from siteapi.content import run_content  # noqa: E402
 
 EVAL = ROOT / "bench" / "ask_eval.json"
 DEV = ROOT / "bench" / "ask_dev.json"
-SHIPPED = "shipped: centroid of 'title. description' + passages"
+SHIPPED = "shipped: split head + overlap, blend 0.3"
+CENTROID = "centroid of 'title. description' + passages (shipped until 2026-11-22)"
 SYNTHETIC_PAGES = 2000
 
 
@@ -186,17 +187,18 @@ def memory(settings) -> dict:
     return json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
 
 
-def overlapping_passages(title: str, description: str, text: str) -> list[str]:
-    """Title and description as two passages, then body passages that repeat the previous one's last
-    sentence (the variant "split head, overlap")."""
-    body, current = [], []
-    for sentence in (s for s in ranker._SENTENCE_END.split(text) if s.strip()):
-        if current and len(" ".join([*current, sentence])) > ranker.CHUNK_CHARS:
-            body.append(" ".join(current))
-            carried = current[-1:] if len(current) > 1 else []
-            current = carried if len(" ".join([*carried, sentence])) <= ranker.CHUNK_CHARS else []
-        current.append(sentence)
-    return [title, description] + (body + ([" ".join(current)] if current else []))[: ranker.PAGE_CHUNKS]
+def joined_head_passages(title: str, description: str, text: str) -> list[str]:
+    """The passages of the representation shipped until 2026-11-22: "title. description" as one,
+    then the start of the body in sentence-aligned passages without overlap."""
+    out, current = [f"{title}. {description}"], ""
+    for sentence in ranker._SENTENCE_END.split(text):
+        if current and len(current) + len(sentence) > ranker.CHUNK_CHARS:
+            out.append(current)
+            if len(out) > ranker.PAGE_CHUNKS:
+                return out
+            current = ""
+        current = f"{current} {sentence}".strip()
+    return out + ([current] if current else [])
 
 
 def sif_embed(model, text: str, frequency: dict, total: int, a: float) -> np.ndarray:
@@ -289,36 +291,39 @@ def variant_table(settings, conn, model, pages, items: list[dict]) -> dict[str, 
                 scores.append(weight * cosines.max(axis=1) + (1 - weight) * centroid_cos)
         return np.stack(scores, axis=1)
 
-    shipped_units = [embed(ranker.passages(p["title"], p["description"], p["text"])) for p in pages]
-    split_units = [embed(overlapping_passages(p["title"], p["description"], p["text"])) for p in pages]
-    shipped = np.stack([ranker.page_vector(model, p["title"], p["description"], p["text"]) for p in pages])
-    table = {SHIPPED: questions["raw"] @ shipped.T, "shipped, question without trailing '?'": questions["no ?"] @ shipped.T}
+    centroid_units = [embed(joined_head_passages(p["title"], p["description"], p["text"])) for p in pages]
+    split_units = [embed(ranker.passages(p["title"], p["description"], p["text"])) for p in pages]
+    shipped = ranker.PageMatrix.from_rows(paths, [u.tobytes() for u in split_units])
+    centroid = np.stack([u.mean(axis=0) / np.linalg.norm(u.mean(axis=0)) for u in centroid_units])
+    table = {SHIPPED: np.stack([shipped.similarity(q) for q in questions["raw"]]),
+             "shipped, question without trailing '?'": np.stack([shipped.similarity(q) for q in questions["no ?"]]),
+             CENTROID: questions["raw"] @ centroid.T}
     for how in ("max-sim", "softmax-pooled (beta 10)", "blend 0.3", "blend 0.5"):
-        table[f"passages, {how}"] = pooled(shipped_units, how)
-    for how in ("centroid", "max-sim", "softmax-pooled (beta 10)", "blend 0.3", "blend 0.5"):
+        table[f"passages, {how}"] = pooled(centroid_units, how)
+    for how in ("centroid", "max-sim", "softmax-pooled (beta 10)", "blend 0.5"):
         table[f"split head + overlap, {how}"] = pooled(split_units, how)
     frequency = Counter(i for p in pages for i in model.tokenizer.encode(
         f"{p['title']}. {p['description']} {p['text']}", add_special_tokens=False).ids)
     total = sum(frequency.values())
     for a in (1e-4, 1e-3):
         sif_pages = np.stack([np.mean([sif_embed(model, x, frequency, total, a) for x in
-                                       ranker.passages(p["title"], p["description"], p["text"])], axis=0) for p in pages])
+                                       joined_head_passages(p["title"], p["description"], p["text"])], axis=0) for p in pages])
         sif_pages /= np.linalg.norm(sif_pages, axis=1, keepdims=True)
         sif_questions = np.stack([sif_embed(model, q["q"], frequency, total, a) for q in items])
         table[f"SIF token weights from the site's pages (a {a:g}), centroid"] = sif_questions @ sif_pages.T
-    table.update(corpus_corrections(questions["raw"], shipped_units))
+    table.update(corpus_corrections(questions["raw"], centroid_units))
     sentence_units = [embed([f"{p['title']}. {p['description']}"] + [x for x in ranker._SENTENCE_END.split(p["text"])
                                                                       if len(x.strip()) > 20][:200]) for p in pages]
     table["sentences, mean of the best 3"] = np.stack(
         [np.sort(questions["raw"] @ u.T, axis=1)[:, -3:].mean(axis=1) for u in sentence_units], axis=1)
-    table["page prototypes trained on the site's own passages (softmax regression from shipped, L2 0.1)"] = \
-        questions["raw"] @ trained_prototypes(shipped_units, shipped).T
+    table["page prototypes trained on the site's own passages (softmax regression from the centroids, L2 0.1)"] = \
+        questions["raw"] @ trained_prototypes(centroid_units, centroid).T
     model_rank = np.argsort(np.argsort(-table[SHIPPED], axis=1), axis=1) + 1
     table["shipped + lexical, reciprocal-rank fusion (k 3, lexical 0.2)"] = 1 / (3 + model_rank) + 0.2 / (3 + lexical)
     for k, beta in ((2, 0.2), (5, 0.2), (10, 0.2)):  # Rocchio: the question moved towards its own top-k pages
-        moved = questions["raw"] + beta * shipped[np.argsort(-table[SHIPPED], axis=1)[:, :k]].mean(axis=1)
-        table[f"shipped + pseudo-relevance feedback (Rocchio, k {k}, beta {beta})"] = \
-            (moved / np.linalg.norm(moved, axis=1, keepdims=True)) @ shipped.T
+        moved = questions["raw"] + beta * centroid[np.argsort(-table[CENTROID], axis=1)[:, :k]].mean(axis=1)
+        table[f"centroid + pseudo-relevance feedback (Rocchio, k {k}, beta {beta})"] = \
+            (moved / np.linalg.norm(moved, axis=1, keepdims=True)) @ centroid.T
     return table
 
 
@@ -389,16 +394,17 @@ def main() -> None:
         print("| ranker | top-1 | MRR@10 | top-1 on no-shared-word questions | half A top-1 / MRR@10 | half B top-1 / MRR@10 |"
               "\n|---|---|---|---|---|---|")
         for name in ("model", "lexical"):
-            halves = " | ".join(f"{q[name][h][0]:.2f} / {q[name][h][1]:.2f}" for h in "AB")
-            print(f"| {name} | {q[name]['top1']:.2f} | {q[name]['mrr10']:.2f} | {q[name]['top1_no_shared_word']:.2f} | {halves} |")
+            halves = " | ".join(f"{q[name][h][0]:.2f} / {q[name][h][1]:.3f}" for h in "AB")
+            print(f"| {name} | {q[name]['top1']:.2f} | {q[name]['mrr10']:.3f} | {q[name]['top1_no_shared_word']:.2f} | {halves} |")
         def met(value: float, target: float) -> str:
             return "met" if value >= target else "**missed**"
 
         print(f"\nMean top probability: unanswerable {q['unanswerable_mean_top_probability']:.3f} (target < 0.2), "
               f"answerable {q['answerable_mean_top_probability']:.3f}. Targets for the model: top-1 >= 0.70 "
               f"({met(q['model']['top1'], 0.70)}), MRR@10 >= 0.80 ({met(q['model']['mrr10'], 0.80)}).")
-        print("\nReproduce: `.venv/bin/python bench/bench_ask.py` (T and none_cosine: `bench/fit_ranker.py`; "
-              "page-representation variants with held-out halves: `--variants`).")
+        print("\nReproduce: `.venv/bin/python bench/bench_ask.py` (T and none_cosine: `bench/fit_ranker.py`, on the "
+              "development set bench/ask_dev.json; page-representation variants with held-out halves and the "
+              "development set: `--variants`).")
         if args.quality:
             return
         print()

@@ -1,6 +1,6 @@
 """Does the int8 quantization cost /ask its quality? The shipped int8 ONNX model next to the
 original float32 all-MiniLM-L6-v2 weights, on bench/ask_eval.json with the shipped page
-representation (centroid of ranker.passages) and mean pooling.
+representation (ranker.passages scored by ranker.PageMatrix) and mean pooling.
 
 The float32 side needs torch and transformers, which the project does not depend on, so it runs
 in an environment of its own; `bench/run_all.py` installs them into bench/.venv (torch from these
@@ -60,11 +60,12 @@ def compare(torch_python: str) -> None:
         int8 = np.stack([model.embed([t])[0] for t in texts])
 
     def figures(vectors):
-        q, rest, page_rows = vectors[: len(questions)], vectors[len(questions):], []
+        q, rest, blobs = vectors[: len(questions)], vectors[len(questions):].astype(np.float32), []
         for ps in page_passages:
-            centroid, rest = rest[: len(ps)].mean(axis=0), rest[len(ps):]
-            page_rows.append(centroid / np.linalg.norm(centroid))
-        scores = q @ np.stack(page_rows).T
+            blobs.append(rest[: len(ps)].tobytes())
+            rest = rest[len(ps):]
+        matrix = ranker.PageMatrix.from_rows(paths, blobs)
+        scores = np.stack([matrix.similarity(v) for v in q.astype(np.float32)])
         ranks = (scores > scores[np.arange(len(targets)), targets][:, None]).sum(axis=1) + 1
         out = [(ranks == 1).mean(), np.where(ranks <= 10, 1 / ranks, 0).mean()]
         return out + [f"{(ranks[halves == h] == 1).mean():.2f}" for h in "AB"]

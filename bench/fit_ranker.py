@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/fit_ranker.py
 
-Builds a scratch site.db from content/, embeds every question of bench/ask_eval.json once, and
-searches a grid (T 0.01..0.15 by 0.005, none_cosine 0.10..0.60 by 0.01) for the pair that maximises
+Builds a scratch site.db from content/, embeds every question of the development set
+(bench/ask_dev.json: written for choosing and fitting, so the evaluation set, bench/ask_eval.json,
+measures the fit without having made it) once, and searches a grid (T 0.01..0.15 by 0.005, none_cosine 0.10..0.60 by 0.01) for the pair that maximises
 the likelihood of the right answer: the target page for answerable questions, the "none" entry
 for the unanswerable ones. Prints the pair (to put under [ask] in site.toml, or as the defaults in
 siteapi/ranker.py) and what it gives: the mean probability on the right page and the mean top
@@ -12,6 +13,7 @@ the probabilities do.
 """
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -19,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ask import load_eval, scratch_site, target_path  # noqa: E402
+from bench_ask import DEV, scratch_site, target_path  # noqa: E402
 
 from siteapi import ranker  # noqa: E402
 
@@ -29,9 +31,9 @@ def main() -> None:
         settings, conn = scratch_site(Path(folder))
         matrix = ranker.page_matrix(conn)
         model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
-        data = load_eval()
-        answerable = np.stack([model.embed([q["q"]])[0] for q in data["questions"]]) @ matrix.vectors.T
-        unanswerable = np.stack([model.embed([q])[0] for q in data["unanswerable"]]) @ matrix.vectors.T
+        data = json.loads(DEV.read_text(encoding="utf-8"))
+        answerable = np.stack([matrix.similarity(model.embed([q["q"]])[0]) for q in data["questions"]])
+        unanswerable = np.stack([matrix.similarity(model.embed([q])[0]) for q in data["unanswerable"]])
         targets = np.array([matrix.paths.index(target_path(q["target"], settings)) for q in data["questions"]])
         conn.close()
 

@@ -333,7 +333,7 @@ def rank_question(request: AskRequest, settings, conn: sqlite3.Connection,
             log.exception("ask: the model failed on a question; ranking lexically")
             reason = "model-unavailable"
         else:
-            probabilities = ranker.rank(vector, matrix.vectors, config.temperature, config.none_cosine)
+            probabilities = ranker.rank(matrix.similarity(vector), config.temperature, config.none_cosine)
             order = np.argsort(-probabilities[:-1], kind="stable")[: request.top_k]
             hits = [(matrix.paths[i], math.floor(float(probabilities[i]) * 100)) for i in order]
             reported = f"{searched} (in the context of: {'; '.join(prev)})" if prev else searched

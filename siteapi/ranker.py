@@ -4,21 +4,24 @@ The model and its tokenizer live in `models/` and are loaded lazily, once per pr
 lock; onnxruntime runs on one intra-op thread, and at most MODEL_RUNS questions are embedded at
 once, so questions never take more than their cores from the other request threads; each caller
 has one question embedded at a time, and a freed run goes to the question that waited longest.
-Page vectors (the centroid of the vectors of "title. description" and of the start of the body in
-sentence-aligned passages) are computed by the content job and cached in `page_vectors` by content
-hash and representation, so a restart or an unchanged page costs nothing and a changed
-representation re-embeds every page; the app keeps the matrix in memory until the table changes.
+Page vectors (one per passage: the title, the description, and the start of the body in
+sentence-aligned, overlapping passages) are computed by the content job and cached in
+`page_vectors` by content hash and representation, so a restart or an unchanged page costs nothing
+and a changed representation re-embeds every page; the app keeps the matrices in memory until the
+table changes.
 
-How a question becomes scores: its vector is compared by cosine with every page vector, and one
-softmax over cosine / T puts a probability on each page plus a "none of these" pseudo-page whose
-cosine is fixed at `none_cosine`. T and `none_cosine` are fitted by `bench/fit_ranker.py` on the
-project's own labelled questions (`bench/ask_eval.json`): the pair that maximises the likelihood
-of the right answer - the target page for answerable questions, "none" for the questions the site
-cannot answer - over a grid (T 0.01..0.15, none_cosine 0.10..0.60). The defaults below are that
-fit; `[ask] temperature` / `none_cosine` override them.
+How a question becomes scores: its vector's similarity to each page is a blend of its cosine with
+the page's centroid and with the page's closest passage (PAGE_REPRESENTATION says how it was
+chosen), and one softmax over similarity / T puts a probability on each page plus a "none of these"
+pseudo-page whose similarity is fixed at `none_cosine`. T and `none_cosine` are fitted by
+`bench/fit_ranker.py` on the project's own labelled development questions (`bench/ask_dev.json`):
+the pair that maximises the likelihood of the right answer - the target page for answerable
+questions, "none" for the questions the site cannot answer - over a grid (T 0.01..0.15,
+none_cosine 0.10..0.60). The defaults below are that fit; `[ask] temperature` / `none_cosine`
+override them. The evaluation questions (`bench/ask_eval.json`) measure it without having made it.
 
-The int8 file ranks the project's questions as the float32 original weights do (top-1 0.68 and
-MRR@10 0.777 vs 0.68 and 0.776, `bench/bench_ask_fp32.py`): quantization costs no quality here.
+The int8 file ranks the evaluation questions as the float32 original weights do (top-1 0.71 and
+MRR@10 0.788 vs 0.71 and 0.790, `bench/bench_ask_fp32.py`): quantization costs no quality here.
 """
 from __future__ import annotations
 
@@ -42,14 +45,22 @@ from siteapi.config import ROOT, option
 log = logging.getLogger(__name__)
 
 MODEL_NAME = "minilm-l6-v2-int8"
-# Stored in page_vectors.model: bump the suffix whenever passages() or page_vector() change, so
+# Stored in page_vectors.model: bump the suffix whenever passages() or what is stored changes, so
 # vectors of the old representation are re-embedded by the next content run instead of mixed in.
-PAGE_REPRESENTATION = f"{MODEL_NAME}/centroid-v1"
+# A page is the vectors of its passages; a question's similarity to it is a blend of the cosine with
+# their centroid (what the whole page is about) and with its closest passage (the one paragraph that
+# answers). Chosen among 23 representations by `bench/bench_ask.py --variants` on a development set
+# of 92 questions written without sight of the evaluation set or the ranker, by a rule fixed before
+# that set was written: this one scored highest there (top-1 0.75, MRR@10 0.832; the centroid of
+# "title. description" and body passages before it: 0.72, 0.808). Max-sim alone, softmax pooling,
+# SIF weights, centring, whitening, hubness correction and pseudo-relevance feedback scored lower.
+PAGE_REPRESENTATION = f"{MODEL_NAME}/passages-v2"
+MAX_SIM_WEIGHT = 0.3
 DIM = 384
 DEFAULT_MODEL_PATH = "models/minilm-l6-v2-int8.onnx"
 DEFAULT_TOKENIZER_PATH = "models/tokenizer.json"
-DEFAULT_TEMPERATURE = 0.035
-DEFAULT_NONE_COSINE = 0.25
+DEFAULT_TEMPERATURE = 0.04
+DEFAULT_NONE_COSINE = 0.33
 DEFAULT_DEADLINE_MS = 250
 PAGE_TOKENS = 256      # the model's window; chunks stay well inside it
 QUESTION_CHARS = 1000  # a 5 KB question is cut before tokenising; its start carries the intent
@@ -109,7 +120,13 @@ class Model:
 
     def __init__(self, model_path: Path, tokenizer_path: Path):
         import onnxruntime
+        from threadpoolctl import threadpool_limits
         from tokenizers import Tokenizer
+
+        # numpy's BLAS on one thread as well, for the whole process: its thread per core, on cores
+        # the request threads share, made one product of the page matrix (2,046 pages) ten times
+        # slower (24 ms against 2 ms, pinned to one core; `bench/bench_ask.py`).
+        threadpool_limits(limits=1, user_api="blas")
 
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1
@@ -214,32 +231,27 @@ def load_model(config: RankerSettings) -> Model | None:
 
 
 def passages(title: str, description: str, text: str) -> list[str]:
-    """"Title. Description." then the start of the body in sentence-aligned passages."""
-    out, current = [f"{title}. {description}"], ""
-    for sentence in _SENTENCE_END.split(text):
-        if current and len(current) + len(sentence) > CHUNK_CHARS:
-            out.append(current)
-            if len(out) > PAGE_CHUNKS:
-                return out
-            current = ""
-        current = f"{current} {sentence}".strip()
-    return out + ([current] if current else [])
+    """The title, the description, then the start of the body in sentence-aligned passages of up to
+    CHUNK_CHARS, each opening with the last sentence of the one before (when it fits), so a
+    statement cut at a passage's edge is whole in one of them. Empty parts are left out."""
+    body, current = [], []
+    for sentence in (s for s in _SENTENCE_END.split(text) if s.strip()):
+        if current and len(" ".join([*current, sentence])) > CHUNK_CHARS:
+            body.append(" ".join(current))
+            if len(body) == PAGE_CHUNKS:
+                break
+            carried = current[-1:] if len(current) > 1 else []
+            current = carried if len(" ".join([*carried, sentence])) <= CHUNK_CHARS else []
+        current.append(sentence)
+    else:
+        body += [" ".join(current)] if current else []
+    return [p for p in (title, description, *body) if p.strip()] or [title or " "]
 
 
-def page_vector(model: Model, title: str, description: str, text: str) -> np.ndarray:
-    """The normalised centroid of the page's passage vectors. On the project's questions this beat
-    one vector of the truncated page (top-1 0.68 vs 0.57) and the best passage (0.57): a centroid
-    keeps what the whole page is about while each passage is embedded at a length the model knows.
-    Max-sim over the passages, softmax pooling, max/centroid blends, separate title and description
-    vectors and overlapping passages did no better on held-out questions (`bench/bench_ask.py
-    --variants`), so this stays. SIF token weights counted over the site's own pages reached top-1
-    0.71 but won only one held-out half, and would re-embed every page whenever any page changed;
-    weights from general English word frequencies did worse (0.65). Corrections fitted on the site's
-    passages - centring, removing the top principal component, whitening, hubness correction (CSLS) -
-    move top-1 by at most 0.04 and none lifts both held-out halves or MRR@10 to 0.80."""
+def passage_vectors(model: Model, title: str, description: str, text: str) -> np.ndarray:
+    """One vector per passage (rows, float32): what `page_vectors` stores for a page."""
     # One passage per run: batching is no faster on one thread and holds far more memory.
-    centroid = np.mean([model.embed([p])[0] for p in passages(title, description, text)], axis=0)
-    return (centroid / max(float(np.linalg.norm(centroid)), 1e-12)).astype(np.float32)
+    return np.stack([model.embed([p])[0] for p in passages(title, description, text)])
 
 
 def refresh_page_vectors(conn: sqlite3.Connection, settings=None) -> int:
@@ -255,7 +267,7 @@ def refresh_page_vectors(conn: sqlite3.Connection, settings=None) -> int:
     stale = [p for p in pages if stored.get(p["path"]) != (p["hash"], PAGE_REPRESENTATION)]
     gone = set(stored) - {p["path"] for p in pages}
     # A progress bar on a terminal (`jobs.py run content`); tqdm stays silent under the scheduler.
-    vectors = [page_vector(model, p["title"], p["description"], p["text"])
+    vectors = [passage_vectors(model, p["title"], p["description"], p["text"])
                for p in tqdm(stale, desc="page vectors", unit="page", disable=None)]
     if not stale and not gone:
         return 0
@@ -272,8 +284,27 @@ def refresh_page_vectors(conn: sqlite3.Connection, settings=None) -> int:
 
 @dataclass(frozen=True)
 class PageMatrix:
+    """Every page's passage vectors, and the centroid of each page's (L2-normalised)."""
     paths: list[str]
-    vectors: np.ndarray  # (pages, 384), rows L2-normalised
+    centroids: np.ndarray  # (pages, 384)
+    passages: np.ndarray   # (passages, 384): each page's rows together, pages in `paths` order
+    starts: np.ndarray     # the row in `passages` where each page's begin
+
+    @classmethod
+    def from_rows(cls, paths: list[str], blobs: list[bytes]) -> "PageMatrix":
+        vectors = [np.frombuffer(blob, dtype=np.float32).reshape(-1, DIM) for blob in blobs]
+        if not vectors:
+            return cls([], np.zeros((0, DIM), np.float32), np.zeros((0, DIM), np.float32), np.zeros(0, np.int64))
+        centroids = np.stack([v.mean(axis=0) for v in vectors])
+        centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
+        starts = np.cumsum([0] + [len(v) for v in vectors[:-1]])
+        return cls(paths, centroids.astype(np.float32), np.concatenate(vectors), starts)
+
+    def similarity(self, question_vec: np.ndarray) -> np.ndarray:
+        """Each page's similarity to the question: MAX_SIM_WEIGHT of the cosine with its closest
+        passage, the rest the cosine with its centroid (see PAGE_REPRESENTATION)."""
+        closest = np.maximum.reduceat(self.passages @ question_vec, self.starts) if len(self.starts) else self.starts
+        return (1 - MAX_SIM_WEIGHT) * (self.centroids @ question_vec) + MAX_SIM_WEIGHT * closest
 
 
 _matrices: dict[str, tuple[tuple, PageMatrix]] = {}
@@ -293,11 +324,7 @@ def page_matrix(conn: sqlite3.Connection) -> PageMatrix:
     if cached and cached[0] == version:
         return cached[1]
     rows = conn.execute("SELECT path, vector FROM page_vectors WHERE model = ? ORDER BY path", (PAGE_REPRESENTATION,)).fetchall()
-    matrix = PageMatrix(
-        [r["path"] for r in rows],
-        np.frombuffer(b"".join(r["vector"] for r in rows), dtype=np.float32).reshape(len(rows), DIM)
-        if rows else np.zeros((0, DIM), dtype=np.float32),
-    )
+    matrix = PageMatrix.from_rows([r["path"] for r in rows], [r["vector"] for r in rows])
     with _matrices_lock:
         _matrices[database] = (version, matrix)
     return matrix
@@ -345,10 +372,11 @@ def embed_question(model: Model, question: str, prev: list[str], config: RankerS
     return vector
 
 
-def rank(question_vec: np.ndarray, page_vectors: np.ndarray, temperature: float = DEFAULT_TEMPERATURE,
+def rank(similarities: np.ndarray, temperature: float = DEFAULT_TEMPERATURE,
          none_cosine: float = DEFAULT_NONE_COSINE) -> np.ndarray:
-    """Probabilities over the pages plus a last "none of these" entry; they sum to 1."""
-    logits = np.append(page_vectors @ question_vec, none_cosine) / temperature
+    """Probabilities over the pages (their similarities to the question) plus a last "none of
+    these" entry; they sum to 1."""
+    logits = np.append(similarities, none_cosine) / temperature
     logits -= logits.max()
     weights = np.exp(logits)
     return weights / weights.sum()

@@ -178,10 +178,10 @@ def test_an_unanswerable_question_gets_a_low_probability(site):
 
 def test_rank_puts_the_rest_on_none_of_these():
     pages = ranker.np.eye(3, ranker.DIM, dtype=ranker.np.float32)
-    probabilities = ranker.rank(pages[0], pages, temperature=0.05, none_cosine=0.28)
+    probabilities = ranker.rank(pages @ pages[0], temperature=0.05, none_cosine=0.28)
     assert len(probabilities) == 4 and abs(probabilities.sum() - 1) < 1e-6
     assert probabilities.argmax() == 0
-    far = ranker.rank(-pages[0], pages, temperature=0.05, none_cosine=0.28)
+    far = ranker.rank(pages @ -pages[0], temperature=0.05, none_cosine=0.28)
     assert far.argmax() == 3
 
 
@@ -541,13 +541,33 @@ def test_settings_defaults_resolve_against_the_project_root():
     assert config.deadline_ms == 250 and config.temperature == ranker.DEFAULT_TEMPERATURE
 
 
-def test_pages_are_embedded_as_bounded_sentence_passages():
+def test_pages_are_embedded_as_bounded_overlapping_sentence_passages():
     text = " ".join(f"Sentence number {i} talks about carburetors and jets." for i in range(200))
     parts = ranker.passages("Title", "Description", text)
-    assert parts[0] == "Title. Description"
-    assert len(parts) == ranker.PAGE_CHUNKS + 1
-    assert all(len(p) <= ranker.CHUNK_CHARS for p in parts[1:]) and parts[1].startswith("Sentence number 0 ")
-    assert ranker.passages("T", "D", "") == ["T. D"]
+    assert parts[:2] == ["Title", "Description"]
+    assert len(parts) == ranker.PAGE_CHUNKS + 2
+    assert all(len(p) <= ranker.CHUNK_CHARS for p in parts[2:]) and parts[2].startswith("Sentence number 0 ")
+    for before, after in zip(parts[2:], parts[3:]):  # each opens with the last sentence of the one before
+        last = before.rsplit(". ", 1)[-1]
+        assert after.startswith(last) and not before.startswith(after)
+    assert ranker.passages("T", "D", "") == ["T", "D"]
+    assert ranker.passages("T", "", "One sentence.") == ["T", "One sentence."]
+
+
+def test_a_page_is_as_close_as_its_centroid_and_its_closest_passage_say():
+    """Two pages with the same centroid direction: the one whose single passage matches the
+    question outright is closer, by MAX_SIM_WEIGHT of that passage's cosine."""
+    np = ranker.np
+    e = np.eye(3, ranker.DIM, dtype=np.float32)
+    spread = [e[0], e[1]]  # centroid (e0 + e1) / sqrt 2
+    direct = [((e[0] + e[1]) / np.sqrt(2)).astype(np.float32)]
+    matrix = ranker.PageMatrix.from_rows(["/a", "/b", "/c"], [np.stack(v).tobytes() for v in (spread, direct, [e[2]])])
+    question = (e[0] + e[1]) / np.sqrt(2)
+    similarity = matrix.similarity(question)
+    assert np.allclose(matrix.centroids @ question, [1, 1, 0], atol=1e-6)
+    w = ranker.MAX_SIM_WEIGHT
+    assert np.allclose(similarity, [(1 - w) + w / np.sqrt(2), 1, 0], atol=1e-6)
+    assert similarity.argmax() == 1
 
 
 def test_vectors_of_an_older_representation_are_re_embedded(site):

@@ -122,8 +122,8 @@ def test_section_keys_the_file_leaves_out_are_overridable_too(tmp_path, monkeypa
     ("data_w = 60", "data_w = 0", "[rate] data_w (SITE_RATE_DATA_W)"),
     ("data_w = 60", 'data_w = "60"', "[rate] data_w (SITE_RATE_DATA_W)"),
     # [ask] and [lens] are read at start-up, not at the first question or scan
-    ("temperature = 0.035", 'temperature = "0.035"', "[ask] temperature"),
-    ("none_cosine = 0.25", "none_cosine = 2", "[ask] none_cosine"),
+    ("temperature = 0.04", 'temperature = "0.04"', "[ask] temperature"),
+    ("none_cosine = 0.33", "none_cosine = 2", "[ask] none_cosine"),
     ('model_path = "models/minilm-l6-v2-int8.onnx"', "model_path = false", "[ask] model_path"),
     ("\ntimeout_s = 8", "\ntimeout_s = 0", "[lens] timeout_s"),  # clamped to 1 s before, silently
     ("scan_concurrency = 16", 'scan_concurrency = "16"', "[lens] scan_concurrency"),  # the default before, silently
