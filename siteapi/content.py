@@ -349,6 +349,11 @@ def run_content(settings) -> str:
         # A file that failed keeps its last good row; only pages whose file is gone are deleted.
         gone = [path for path, (_, source) in stored.items()
                 if path not in wanted and not failed_source(source, failed)]
+        # The vectors of what `pages` will hold are made first and written in the pages' transaction:
+        # a page is never served without its vector, nor with the vector of its old text.
+        kept = conn.execute("SELECT path, hash, title, description, text FROM pages").fetchall()
+        after = {r["path"]: r for r in kept if r["path"] not in gone} | {p.path: p.row() for p in changed}
+        fresh = ranker.missing_vectors(conn, list(after.values()), settings)
         with db.transaction(conn):
             for page in changed:
                 conn.execute(
@@ -368,9 +373,10 @@ def run_content(settings) -> str:
                 )
             elif not resume_failed:  # the owner removed it: /resume.json and /resume.md answer 404 again
                 conn.execute("DELETE FROM site_files WHERE name = 'resume.json'")
-        embedded = ranker.refresh_page_vectors(conn, settings)
+            if fresh is not None:
+                ranker.store_vectors(conn, fresh)
         summary = (f"{len(pages)} pages: {len(changed)} added or changed, {len(gone)} removed, {len(errors)} failed;"
-                   f" {embedded} page vectors computed")
+                   f" {len(fresh or ())} page vectors computed")
     finally:
         conn.close()
     if errors:

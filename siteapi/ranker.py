@@ -254,32 +254,44 @@ def passage_vectors(model: Model, title: str, description: str, text: str) -> np
     return np.stack([model.embed([p])[0] for p in passages(title, description, text)])
 
 
-def refresh_page_vectors(conn: sqlite3.Connection, settings=None) -> int:
-    """Embed pages that are new or whose hash changed, drop vectors of deleted pages; return how
-    many pages were embedded. Embedding runs outside the transaction; the write is one short
-    transaction. Without a model nothing changes and 0 is returned (the app then ranks lexically)."""
+def missing_vectors(conn: sqlite3.Connection, pages: list, settings=None) -> dict[str, tuple[str, bytes]] | None:
+    """Vectors for the `pages` (rows with path, hash, title, description, text: what `pages` will
+    hold) that `page_vectors` lacks, by path: (hash, blob), embedded now, outside any transaction.
+    None without a model: nothing is to change (the app then ranks lexically)."""
     model = load_model(RankerSettings.from_settings(settings))
     if model is None:
-        return 0
-    conn.isolation_level = None
+        return None
     stored = {r["path"]: (r["hash"], r["model"]) for r in conn.execute("SELECT path, hash, model FROM page_vectors")}
-    pages = conn.execute("SELECT path, hash, title, description, text FROM pages").fetchall()
     stale = [p for p in pages if stored.get(p["path"]) != (p["hash"], PAGE_REPRESENTATION)]
-    gone = set(stored) - {p["path"] for p in pages}
     # A progress bar on a terminal (`jobs.py run content`); tqdm stays silent under the scheduler.
-    vectors = [passage_vectors(model, p["title"], p["description"], p["text"])
-               for p in tqdm(stale, desc="page vectors", unit="page", disable=None)]
-    if not stale and not gone:
+    return {p["path"]: (p["hash"], passage_vectors(model, p["title"], p["description"], p["text"]).tobytes())
+            for p in tqdm(stale, desc="page vectors", unit="page", disable=None)}
+
+
+def store_vectors(conn: sqlite3.Connection, fresh: dict[str, tuple[str, bytes]]) -> None:
+    """Within the caller's transaction, once `pages` holds what the vectors were made for: the fresh
+    vectors in, and out those of pages that are gone."""
+    gone = {path for (path,) in conn.execute("SELECT path FROM page_vectors WHERE path NOT IN (SELECT path FROM pages)")}
+    if not fresh and not gone:
+        return
+    conn.executemany("DELETE FROM page_vectors WHERE path = ?", [(path,) for path in gone | set(fresh)])
+    conn.executemany("INSERT INTO page_vectors(path, hash, model, vector) VALUES (?, ?, ?, ?)",
+                     [(path, digest, PAGE_REPRESENTATION, blob) for path, (digest, blob) in fresh.items()])
+    conn.execute("INSERT INTO page_vectors_state (id, generation) VALUES (1, random()) "
+                 "ON CONFLICT (id) DO UPDATE SET generation = excluded.generation")
+
+
+def refresh_page_vectors(conn: sqlite3.Connection, settings=None) -> int:
+    """Embed the pages of `pages` that are new or whose hash changed, drop vectors of deleted pages;
+    return how many pages were embedded (the content job does the same in its pages' transaction)."""
+    conn.isolation_level = None
+    fresh = missing_vectors(conn, conn.execute("SELECT path, hash, title, description, text FROM pages").fetchall(),
+                            settings)
+    if fresh is None:
         return 0
     with db.transaction(conn):
-        conn.executemany("DELETE FROM page_vectors WHERE path = ?", [(path,) for path in gone | {p["path"] for p in stale}])
-        conn.executemany(
-            "INSERT INTO page_vectors(path, hash, model, vector) VALUES (?, ?, ?, ?)",
-            [(p["path"], p["hash"], PAGE_REPRESENTATION, v.tobytes()) for p, v in zip(stale, vectors)],
-        )
-        conn.execute("INSERT INTO page_vectors_state (id, generation) VALUES (1, random()) "
-                     "ON CONFLICT (id) DO UPDATE SET generation = excluded.generation")
-    return len(stale)
+        store_vectors(conn, fresh)
+    return len(fresh)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from conftest import ROOT, build_site, make_settings
 from feeds_servers import FirmServer, IcsServer, SpotifyServer, _toml_value
 from servers import accepts, running, serve_wsgi
 from test_stack_e2e import free_port
-from siteapi import db, demo_photos, exif, photos
+from siteapi import db, demo_photos, exif, photos, ranker
 from siteapi.config import load_settings
 
 HANG_GUARD_S = 120  # only a child that never reaches its pause waits this long; nothing is timed
@@ -179,9 +179,9 @@ class Site:
 
 
 def make_site(folder: Path, feeds: dict | None = None, lens: dict | None = None, photos: int = 0,
-              env: dict | None = None) -> Site:
-    """A site.toml with no ask model (no vectors: every job stays quick), five content pages and
-    `photos` demo originals."""
+              env: dict | None = None, model: bool = False) -> Site:
+    """A site.toml with no ask model unless `model` (no vectors: every job stays quick), five
+    content pages and `photos` demo originals."""
     folder.mkdir(parents=True, exist_ok=True)
     feeds = dict(feeds or {})
     roster = feeds.pop("around_roster", [])
@@ -189,7 +189,7 @@ def make_site(folder: Path, feeds: dict | None = None, lens: dict | None = None,
              'content_dir = "content"', 'db_path = "site.db"', 'photos_dir = "originals"', 'images_dir = "images"',
              'access_log = "access.log"', 'bot_key_file = "bot-key.pem"',
              "[rate]", "read_q = 1000000", "read_w = 60", "inspect_q = 1000", "inspect_w = 60",
-             "[ask]", 'model_path = "no-model.onnx"',
+             "[ask]", *([] if model else ['model_path = "no-model.onnx"']),
              "[feeds]", *(f"{k} = {_toml_value(v)}" for k, v in feeds.items()),
              "[lens]", *(f"{k} = {_toml_value(v)}" for k, v in (lens or {}).items())]
     for firm in roster:
@@ -248,23 +248,28 @@ def failed_cleanly(result: subprocess.CompletedProcess) -> str:
 
 
 def test_content_killed_mid_write_leaves_the_old_pages_whole_and_the_next_run_recovers(tmp_path):
-    site = make_site(tmp_path)
+    """Killed with two pages written, or with every page written and their vectors going in: the
+    pages and their vectors are one transaction, so neither is left ahead of the other."""
+    site = make_site(tmp_path, model=True)
     build(site, "content")
-    before = site.rows("pages", "site_files")
+    before = site.rows("pages", "site_files", "page_vectors")
     with serve_wsgi(make_app(site.settings).wsgi) as base:
         mark_pages(site, "plover")
-        site.kill_paused("content", PAUSE_SQL="INSERT INTO pages#3")  # two pages written, uncommitted
-        assert site.integrity() == "ok"
-        assert site.rows("pages", "site_files") == before
-        assert search_total(base, "plover") == 0 and search_total(base, "colophon") > 0
-        (killed,) = site.query("SELECT id FROM job_runs WHERE name = 'content' AND finished IS NULL")
+        ((built,),) = site.query("SELECT max(id) FROM job_runs WHERE name = 'content'")
+        for pause in ("INSERT INTO pages#3", "INSERT INTO page_vectors"):
+            site.kill_paused("content", PAUSE_SQL=pause)
+            assert site.integrity() == "ok"
+            assert site.rows("pages", "site_files", "page_vectors") == before, pause
+            assert search_total(base, "plover") == 0 and search_total(base, "colophon") > 0
         ok(site.run("content"))
         deadline = time.monotonic() + HANG_GUARD_S  # the app's per-thread cache rereads within a second
         while search_total(base, "plover") != 5:
             assert time.monotonic() < deadline
             time.sleep(0.1)
-    ran = site.query("SELECT ok, error FROM job_runs WHERE name = 'content' AND id >= ? ORDER BY id", killed)
-    assert ran == [(0, db.ABANDONED), (1, None)]  # the killed run is closed as failed, not left "running"
+    ran = site.query("SELECT ok, error FROM job_runs WHERE name = 'content' AND id > ? ORDER BY id", (built,))
+    assert ran == [(0, db.ABANDONED), (0, db.ABANDONED), (1, None)]  # killed runs are closed as failed
+    assert site.query("SELECT count(*) FROM pages p JOIN page_vectors v ON v.path = p.path AND v.hash = p.hash "
+                      "AND v.model = ?", (ranker.PAGE_REPRESENTATION,)) == site.query("SELECT count(*) FROM pages")
 
 
 def referenced_thumbnails(site: Site) -> set[str]:
