@@ -258,18 +258,20 @@ def options(settings) -> tuple[float, int]:
     return option(settings, "ledger_rate_usd", 0.01, 0, 1000), option(settings, "ledger_stale_seconds", 3600, 60, 604_800)
 
 
-# The last answer's line items, by what they were computed from: the rows change only when the
+# The last answer's line items and what they were computed from: the rows change only when the
 # ledger job runs (every 10 minutes), and reading them costs time in proportion to the paths stored.
-_ITEMS_CACHE: dict[tuple, list[dict]] = {}
+# One tuple, replaced whole, so a request thread never reads it half-changed by another.
+_ITEMS_CACHE: tuple[tuple, list[dict]] | None = None
 
 
 def _line_items(conn: sqlite3.Connection, state: tuple, since: str, today: str, rate: float) -> list[dict]:
     """Each crawler's hits from `since` to `today` (a day after it, from a log line written by a clock
     that ran ahead, is not in the window) with its TOP_PATHS paths; cached while `state` (site.db's
     path and its ledger_state row) stays, that is until the ledger job's next run."""
-    key = (state, since, today, rate)
-    if key in _ITEMS_CACHE:
-        return _ITEMS_CACHE[key]
+    global _ITEMS_CACHE
+    key, cached = (state, since, today, rate), _ITEMS_CACHE
+    if cached is not None and cached[0] == key:
+        return cached[1]
     rows = conn.execute("SELECT bot, path, SUM(hits) AS hits FROM ledger_hits WHERE day BETWEEN ? AND ? "
                         "GROUP BY bot, path", (since, today)).fetchall()
     per_bot: dict[str, dict] = {}
@@ -285,8 +287,7 @@ def _line_items(conn: sqlite3.Connection, state: tuple, since: str, today: str, 
                       "role": entry["role"], "hits": item["hits"], "amountUsd": round(item["hits"] * rate, 2),
                       "top_paths": [{"path": p, "hits": h} for h, p in top]})
     items.sort(key=lambda i: (-i["hits"], i["bot"]))
-    _ITEMS_CACHE.clear()
-    _ITEMS_CACHE[key] = items
+    _ITEMS_CACHE = (key, items)
     return items
 
 
