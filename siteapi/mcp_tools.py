@@ -16,6 +16,8 @@ from __future__ import annotations
 import copy
 import io
 import json
+import logging
+import sqlite3
 import sys
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from contextlib import closing, nullcontext
@@ -27,6 +29,8 @@ from wsgiref.util import setup_testing_defaults
 from siteapi import db, openapi
 from siteapi.ratelimit import RateLimiter, SlotsFull, TargetBudget, WorkSlots
 from siteapi.web import ApiError
+
+log = logging.getLogger(__name__)
 
 CALL_TIMEOUT_S = 30
 
@@ -204,6 +208,7 @@ def _endpoint_runner(caller_app: InProcess, path: str, method: str, fixed: dict,
 
 
 # -- the snapshot tools ----------------------------------------------------------------------------
+STORAGE_DOWN = "The snapshot storage cannot be reached right now; try again later."
 _NULLABLE = {"type": ["string", "null"]}
 SNAPSHOT = {
     "type": "object", "required": ["id", "url", "profile", "observed_at"],
@@ -234,7 +239,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
                 if not decision.allowed:
                     return Outcome(error=decision.refusal())
             if not db.has_content(settings.db_path):  # a writer would build a new site.db that hides the outage
-                return Outcome(error="The snapshot storage cannot be reached right now; try again later.")
+                return Outcome(error=STORAGE_DOWN)
             try:
                 with slots.slot(caller) if policy else nullcontext(), \
                         closing(db.writer(settings.db_path)) as conn:
@@ -243,6 +248,9 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
                 return Outcome(error=exc.body["error"], details=exc.body)
             except SlotsFull as full:
                 return Outcome(error=str(full))
+            except sqlite3.Error as exc:  # held past the busy timeout, full, damaged: the owner's to fix
+                log.warning("snapshot tool: %s", db.storage_problem(settings.db_path, exc))
+                return Outcome(error=STORAGE_DOWN)
         return run
 
     stores = ("Stores one snapshot row per profile in the site's snapshot table (not read-only; "

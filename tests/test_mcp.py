@@ -14,7 +14,7 @@ from jsonschema import Draft202012Validator
 
 from app import make_app
 from servers import serve_wsgi
-from siteapi import openapi
+from siteapi import mcp_tools, openapi
 from siteapi.config import RatePolicy
 
 MODERN = "2026-07-28"
@@ -586,3 +586,19 @@ def test_snapshot_tools_do_not_create_a_missing_site_db(tmp_path, checker):
         assert api.get("/search.json?q=carburetor").status_code == 503
         down = tool_call(api, "search_site", {"q": "carburetor"}).json()["result"]
         assert down["isError"] is True and down["content"][0]["text"] == api.get("/search.json?q=x").json()["error"]
+
+
+def test_snapshot_tools_answer_a_storage_fault_with_a_sentence(tmp_path, checker, caplog):
+    """A site.db that cannot be used (here damaged; held past the busy timeout or full alike) is the
+    tools' storage being down, said in a sentence; the owner's log names the file and what to do."""
+    from conftest import Client, make_settings
+
+    settings = make_settings(tmp_path)
+    settings.db_path.write_bytes(b"not a database " * 1000)
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        api = Client(base, checker)
+        for name, arguments in (("representation_read", {"snapshot_id": 1}), ("representation_compare", {"snapshot_id": 1})):
+            result = tool_call(api, name, arguments).json()["result"]
+            assert result["isError"] is True and result["content"][0]["text"] == mcp_tools.STORAGE_DOWN, result
+    assert any("file is not a database" in r.getMessage() and "restore a backup" in r.getMessage() for r in caplog.records)
+    assert not any(r.exc_info for r in caplog.records)
