@@ -275,6 +275,8 @@ def run_photos(settings) -> str:
     conn = db.writer(settings.db_path)
     try:
         existing = {row["stem"]: row for row in conn.execute("SELECT * FROM photos")}
+        # Copies of photos no longer published that a run killed after its commit left public.
+        _delete_unpublished(full_dir, {old["file_name"] for old in existing.values()} if settings.originals_public else set())
         listed = [p for p in folder.iterdir() if not p.name.startswith(".")]
         # Of two files with one stem (dup.jpg, dup.JPG), the one published keeps its place.
         entries = sorted((p for p in listed if p.is_file()),
@@ -288,7 +290,7 @@ def run_photos(settings) -> str:
         report, rows, touched, seen = IngestReport(), [], [], set()
         report.folders = sorted(_shown_name(p) + "/" for p in listed if p.is_dir())
         written: set[str] = set()
-        copies: dict[str, Path] = {}  # public copy name → its staged file, renamed after the commit
+        copies: dict[str, Path] = {}  # public copy name → its staged file, renamed before the commit
         now = db.now_iso()
         try:
             for path in tqdm(entries, desc="photos", unit="file", disable=None):
@@ -353,6 +355,15 @@ def run_photos(settings) -> str:
             written_stems = {row["stem"] for row in rows}
             kept = [old for stem, old in existing.items() if stem in seen and stem not in written_stems]
             vectors = caption_vectors(settings, conn, rows, kept)
+            referenced = _all_referenced(rows + kept)
+            superseded = _all_referenced(existing[stem] for stem in written_stems if stem in existing) - referenced
+            # Before the commit, so that no row is served before its public copy, and a run killed
+            # after the commit leaves the replaced thumbnails dated for the sweep's grace.
+            for name in superseded:
+                with contextlib.suppress(FileNotFoundError):
+                    os.utime(images_dir / name)
+            for name, temp in copies.items():
+                db.replace_synced(temp, full_dir / name)
             placeholders = ", ".join("?" for _ in PHOTO_COLUMNS)
             with db.transaction(conn):
                 conn.executemany(
@@ -373,23 +384,15 @@ def run_photos(settings) -> str:
         except BaseException:
             _delete_files(images_dir, written - _all_referenced(existing.values()))
             _delete_files(full_dir, {temp.name for temp in copies.values()})
+            _delete_unpublished(full_dir, {old["file_name"] for old in existing.values()} if settings.originals_public else set())
             raise
         # Thumbnails of removed photos, and those written for a file that then failed, go now;
-        # those of replaced photos are marked with the time of their replacement and swept later.
-        referenced = _all_referenced(rows + kept)
+        # those of replaced photos were marked with the time of their replacement and are swept later.
         _delete_files(images_dir, (written | _all_referenced(existing[stem] for stem in gone)) - referenced)
-        superseded = _all_referenced(existing[stem] for stem in written_stems if stem in existing) - referenced
-        for name in superseded:
-            with contextlib.suppress(FileNotFoundError):
-                os.utime(images_dir / name)
         if images_dir.is_dir():
             _sweep_superseded(images_dir, referenced)
-        for name, temp in copies.items():
-            db.replace_synced(temp, full_dir / name)
-        published = {r[0] for r in conn.execute("SELECT file_name FROM photos")} if settings.originals_public else set()
-        if full_dir.is_dir():
-            _delete_files(full_dir, {p.name for p in full_dir.iterdir()
-                                     if p.is_file() and not p.name.startswith(".")} - published)
+        _delete_unpublished(full_dir, {r[0] for r in conn.execute("SELECT file_name FROM photos")}
+                            if settings.originals_public else set())
         for place in (images_dir, full_dir):
             _delete_stale_temps(place, started)
         return report.summary()
@@ -402,6 +405,13 @@ def _all_referenced(rows) -> set[str]:
     for row in rows:
         names |= _thumb_names(row)
     return names
+
+
+def _delete_unpublished(full_dir: Path, published: set[str]) -> None:
+    """Delete the public copies in `full_dir` whose photo is not among `published` (file names)."""
+    if full_dir.is_dir():
+        _delete_files(full_dir, {p.name for p in full_dir.iterdir() if p.is_file() and not p.name.startswith(".")}
+                      - published)
 
 
 def _sweep_superseded(images_dir: Path, referenced: set[str]) -> None:

@@ -82,6 +82,15 @@ if os.environ.get("PAUSE_REPLACE"):  # before the first rename onto a name that 
         return replace(src, dst, *args, **kwargs)
     os.replace = paused_replace
 
+if os.environ.get("PAUSE_UNLINK"):  # before the first deletion of a file whose path contains this
+    unlink = os.unlink
+
+    def paused_unlink(path, *args, **kwargs):
+        if os.environ["PAUSE_UNLINK"] in str(path):
+            pause()
+        return unlink(path, *args, **kwargs)
+    os.unlink = paused_unlink
+
 if os.environ.get("PAUSE_WRITE"):  # a file whose path contains this, cut to half before it reaches the disk
     fsync = os.fsync
 
@@ -321,16 +330,37 @@ def test_photos_killed_mid_transaction_or_after_its_commit_recovers(tmp_path):
         assert copy.read_bytes() == exif.public_original(original.read_bytes())  # the public copy is the new one
         assert_published_whole(site)
 
-        # 2. after the commit, before the public copy is renamed into place: the next run writes it
+        # 2. at the public copy's rename, before the commit: no row is committed ahead of its copy
+        edited = site.rows("photos")
         edit(original, 9)
         site.kill_paused("photos", PAUSE_REPLACE=f"/full/{stem}.jpg")
+        assert site.rows("photos") == edited
         assert copy.read_bytes() != exif.public_original(original.read_bytes())
         ok(site.run("photos"))
         assert copy.read_bytes() == exif.public_original(original.read_bytes())
         assert_published_whole(site)
+
+        # 3. after the commit that removes a photo, at its thumbnails' deletion: its public copy is
+        # gone with the next run's start, even when that run fails at once (no originals mounted)
+        removed = sorted(p for p in (site.root / "originals").glob("*.jpg"))[-1]
+        removed.unlink()
+        (thumb,) = site.query("SELECT thumb_jpg FROM photos WHERE stem = ?", (removed.stem,))[0]
+        site.kill_paused("photos", PAUSE_UNLINK=thumb)
+        assert site.query("SELECT count(*) FROM photos WHERE stem = ?", (removed.stem,)) == [(0,)]
+        assert (site.images / "full" / removed.name).exists()
+        kept = sorted(p.name for p in (site.root / "originals").glob("*.jpg"))
+        for other in (site.root / "originals").glob("*.jpg"):
+            other.rename(site.root / other.name)
+        failed_cleanly(site.run("photos"))
+        assert sorted(p.name for p in (site.images / "full").glob("*.jpg")) == kept
+        for name in kept:
+            (site.root / name).rename(site.root / "originals" / name)
+        ok(site.run("photos"))
+        assert_published_whole(site)
         assert site.integrity() == "ok"
     ran = site.query("SELECT ok, error FROM job_runs WHERE name = 'photos' ORDER BY id")
-    assert ran == [(1, None)] + [(0, db.ABANDONED), (1, None)] * 2
+    assert ran[:5] == [(1, None)] + [(0, db.ABANDONED), (1, None)] * 2
+    assert [r[0] for r in ran[5:]] == [0, 0, 1] and ran[5][1] == db.ABANDONED
 
 
 def crawler_lines(log: Path, count: int) -> None:
