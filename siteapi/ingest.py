@@ -6,8 +6,9 @@ four content-hashed thumbnails with Pillow, carrying no metadata but the colour 
 deleted ones, skips and reports what it cannot read (a file name that is not UTF-8 included),
 embeds captions with the /ask model (when it can be loaded) for matching by meaning, and writes
 everything in one short transaction; the public copies (`images_dir/full/<file name>`, only while
-originals_public is true) are staged before it and renamed into place after it, and any copy of a
-photo no longer published is removed. Every file is on the disk before its name is
+originals_public is true) are staged and renamed into place before it, so no row is served ahead
+of its copy, and any copy of a photo no longer published is removed (after the commit, and at the
+start of the next run, for a run killed in between). Every file is on the disk before its name is
 (db.write_synced), so a power loss leaves no name on a short file. A removed photo's thumbnails go
 with it; a replaced photo's old ones stay SUPERSEDED_GRACE_S, for the cached replies that still
 name them. A folder with no JPEG left while the archive has photos (a drive not mounted) is
