@@ -220,11 +220,33 @@ def _holds_pages(conn: sqlite3.Connection) -> bool:
         return False
 
 
-def has_pages(path: Path) -> bool:
-    """True when `path` opens read-only as a site.db with its content indexed (_holds_pages)."""
+def _has_photos(conn: sqlite3.Connection) -> bool:
+    try:
+        return conn.execute("SELECT 1 FROM photos LIMIT 1").fetchone() is not None
+    except sqlite3.Error:
+        return False
+
+
+def _fills_in_for(conn: sqlite3.Connection, over: sqlite3.Connection | None) -> bool:
+    """True when the database may be served in place of `over` (the file read so far, if any): its
+    content is indexed, and where `over` has photos, so does it or the photos job has run in it. A
+    rebuilt file would otherwise answer an empty archive, cacheable for minutes, until that job ran."""
+    if not _holds_pages(conn):
+        return False
+    if over is None or _has_photos(conn) or not _has_photos(over):
+        return True
+    try:
+        return conn.execute("SELECT 1 FROM job_runs WHERE name = 'photos' AND ok = 1 LIMIT 1").fetchone() is not None
+    except sqlite3.Error:
+        return False
+
+
+def can_serve(path: Path, over: sqlite3.Connection | None = None) -> bool:
+    """True when `path` opens read-only as a site.db that may be served in place of `over`
+    (_fills_in_for; with no `over`, when its content is indexed)."""
     try:
         with contextlib.closing(connect(path, readonly=True)) as conn:
-            return _holds_pages(conn)
+            return _fills_in_for(conn, over)
     except sqlite3.Error:
         return False
 
@@ -238,8 +260,8 @@ _last_good: dict[str, tuple[sqlite3.Connection, tuple[int, int] | None]] = {}
 def reader(path: str | Path) -> sqlite3.Connection:
     """This thread's read-only connection to `path` (opened once, reused). At most every
     REOPEN_CHECK_S it checks that the path still names the file it reads: replaced by another
-    site.db with its pages indexed (rebuilt, or restored), it opens that one; deleted, replaced by
-    something that is no database, or by a site.db still being rebuilt (no pages yet), it keeps the
+    site.db that can stand in for it (can_serve: rebuilt, or restored), it opens that one; deleted,
+    replaced by something that is no database, or by a site.db still being rebuilt, it keeps the
     file it has; a thread that had none then takes the process's last good file (`_last_good`).
     The connection it leaves is closed once no cursor uses it any more."""
     key = str(path)
@@ -253,17 +275,17 @@ def reader(path: str | Path) -> sqlite3.Connection:
         if now - checked < REOPEN_CHECK_S:
             return conn
         current = identity_of(Path(path))
-        if current is None or current == identity or not has_pages(Path(path)):
+        if current is None or current == identity or not can_serve(Path(path), over=conn):
             conns[key] = (conn, identity, now)
             return conn
     identity = identity_of(Path(path))
     good = _last_good.get(key)
-    if good is not None and good[1] != identity and (identity is None or not has_pages(Path(path))):
+    if good is not None and good[1] != identity and (identity is None or not can_serve(Path(path), over=good[0])):
         conns[key] = (good[0], good[1], now)  # a thread that never opened it: the process's last good file
         return good[0]
     conn = connect(path, readonly=True)
     conns[key] = (conn, identity, now)
-    if (good is None or good[1] != identity) and _holds_pages(conn):
+    if (good is None or good[1] != identity) and _fills_in_for(conn, good[0] if good else None):
         _last_good[key] = (conn, identity)
     return conn
 

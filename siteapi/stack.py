@@ -171,7 +171,7 @@ def watch(procs: dict[str, subprocess.Popen], db_path: Path, restart: Callable[[
         while all(p.poll() is None for p in procs.values()):
             time.sleep(0.5)
             current = db.identity_of(db_path)
-            if current is not None and current != served and db.has_pages(db_path):
+            if current is not None and current != served and db.can_serve(db_path):
                 served = current
                 print("make run: site.db is a new file; Datasette starts again on it.", flush=True)
                 stop({"datasette": procs["datasette"]})
