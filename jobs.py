@@ -1,7 +1,8 @@
 """Every job that writes site.db, in one table.
 
     python jobs.py              run the scheduler (APScheduler BlockingScheduler) until Ctrl-C
-    python jobs.py run NAME     run one job now and print its summary
+    python jobs.py run NAME     run one job now and print its summary (exit 0 ok, 1 failed,
+                                75 not run: the job is already running in another process)
     python jobs.py list         list the jobs and their schedules
     python jobs.py status       each job's last run: when, ok or failed, its summary or error
 
@@ -44,6 +45,7 @@ from siteapi.lens.cache import run_cache_purge
 from siteapi.lens.vault import run_snapshot_purge
 
 log = logging.getLogger("jobs")
+EX_TEMPFAIL = 75  # sysexits.h: `jobs.py run` found its job already running; try again later
 
 
 @dataclass(frozen=True)
@@ -71,9 +73,9 @@ JOBS: dict[str, Job] = {
 }
 
 
-def run_job(settings: Settings, name: str, **seams) -> tuple[bool, str]:
+def run_job(settings: Settings, name: str, **seams) -> tuple[bool | None, str]:
     """Run one job, recording it in job_runs; returns (ok, summary or error). A job already
-    running elsewhere is not run again; a site.db that cannot be used fails the run with a
+    running elsewhere is not run again (ok None: nothing ran); a site.db that cannot be used fails the run with a
     sentence (recorded when site.db can still take it). `seams` reach the job's function: the
     `fetcher` (and the census's `dns`) a test hands it, since the production ones refuse loopback."""
     try:
@@ -81,8 +83,9 @@ def run_job(settings: Settings, name: str, **seams) -> tuple[bool, str]:
     except OSError as exc:
         return _failed(name, db.storage_problem(settings.db_path, exc))
     if lock is None:
-        return _failed(name, f"{name} is already running on {settings.db_path} in another process (the scheduler "
-                             f"or another `python jobs.py run {name}`); this run did nothing.")
+        log.warning("job %s not run: already running in another process", name)
+        return None, (f"{name} is already running on {settings.db_path} in another process (the scheduler "
+                      f"or another `python jobs.py run {name}`); this run did nothing.")
     with lock:
         try:
             conn = db.writer(settings.db_path)
@@ -265,8 +268,8 @@ def main(argv: list[str], **seams) -> int:
         return status(settings)
     if argv[0] == "run" and len(argv) == 2 and argv[1] in JOBS:
         ok, summary = run_job(settings, argv[1], **seams)
-        print(f"{argv[1]}: {'ok' if ok else 'FAILED'}: {summary}")
-        return 0 if ok else 1
+        print(f"{argv[1]}: {'ok' if ok else 'not run' if ok is None else 'FAILED'}: {summary}")
+        return 0 if ok else EX_TEMPFAIL if ok is None else 1
     print(f"usage: python jobs.py [list | status | run {'|'.join(JOBS)}]", file=sys.stderr)
     return 2
 
