@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 BUSY_TIMEOUT_MS = 5000
 # How often a thread's reader checks that the path still names the file it reads (a stat call).
 REOPEN_CHECK_S = 1.0
+WAL_KEEP_BYTES = 8 * 1024 * 1024
 
 # Modules whose SCHEMA string defines tables in site.db (each area adds itself here).
 SCHEMA_MODULES = (
@@ -69,6 +70,8 @@ def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
     if not readonly:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+        # A WAL grown by one large write (a rebuild) is cut back to this once a checkpoint empties it.
+        conn.execute(f"PRAGMA journal_size_limit={WAL_KEEP_BYTES}")
     return conn
 
 

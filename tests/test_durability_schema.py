@@ -5,9 +5,11 @@ does this for itself as it starts, so an app upgraded before its jobs serves its
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 import time
+from pathlib import Path
 
 import requests
 
@@ -138,3 +140,20 @@ def test_an_app_started_before_any_site_db_leaves_the_path_to_the_jobs(tmp_path)
     settings = make_settings(tmp_path)
     make_app(settings)
     assert not settings.db_path.exists()
+
+
+def test_a_wal_grown_by_one_large_write_is_cut_back_once_a_checkpoint_empties_it(tmp_path):
+    path = tmp_path / "site.db"
+    conn = db.writer(path)
+    try:
+        conn.execute("CREATE TABLE big (b BLOB)")
+        with db.transaction(conn):
+            conn.executemany("INSERT INTO big VALUES (?)", [(os.urandom(1 << 20),) for _ in range(24)])
+        wal = Path(f"{path}-wal")
+        assert wal.stat().st_size > 2 * db.WAL_KEEP_BYTES  # one transaction: the WAL holds all of it
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        with db.transaction(conn):  # the next write starts the WAL over, and cuts the file back
+            conn.execute("INSERT INTO big VALUES (x'00')")
+        assert wal.stat().st_size <= db.WAL_KEEP_BYTES
+    finally:
+        conn.close()
