@@ -157,3 +157,21 @@ def test_a_wal_grown_by_one_large_write_is_cut_back_once_a_checkpoint_empties_it
         assert wal.stat().st_size <= db.WAL_KEEP_BYTES
     finally:
         conn.close()
+
+
+def test_a_cache_write_meeting_a_jobs_write_is_dropped_and_the_connection_keeps_its_patience(tmp_path):
+    """A lens cache entry waits WRITE_WAIT_MS, not the jobs' BUSY_TIMEOUT_MS, for a write a job
+    holds, then is dropped; the connection (a job's own, for the census) keeps its busy timeout."""
+    path = tmp_path / "site.db"
+    job, app = db.writer(path), db.writer(path)
+    try:
+        job.execute("BEGIN IMMEDIATE")
+        cache.write(app, cache.DISCOVERY, "https://held.example", {"probes": {}})
+        job.execute("ROLLBACK")
+        assert cache.read(app, cache.DISCOVERY, "https://held.example", 6) is None
+        assert app.execute("PRAGMA busy_timeout").fetchone()[0] == db.BUSY_TIMEOUT_MS
+        cache.write(app, cache.DISCOVERY, "https://free.example", {"probes": {}})
+        assert cache.read(app, cache.DISCOVERY, "https://free.example", 6) == {"probes": {}}
+    finally:
+        job.close()
+        app.close()

@@ -33,6 +33,7 @@ DISCOVERY, LEVELS = "lens_discovery_cache", "lens_mode_cache"
 # afresh each time); 1,000 rows are at most 256 MB and typically under 10.
 MAX_PAYLOAD_BYTES = 256 * 1024  # of UTF-8: a character may take four
 MAX_ROWS = 1000
+WRITE_WAIT_MS = 100  # the wait of an optional cache write for the write lock a job may hold
 _KEYS = {DISCOVERY: "origin", LEVELS: "url"}
 
 
@@ -58,11 +59,17 @@ def write(conn: sqlite3.Connection | None, table: str, key: str, payload: dict) 
     row = {_KEYS[table]: key, "fetched_at": time.time(), "payload": text}
     try:
         conn.isolation_level = None  # the app's connection: `transaction` draws the boundaries
-        with db.transaction(conn):
-            conn.execute(f"INSERT OR REPLACE INTO {table}({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                         tuple(row.values()))
-            conn.execute(f"DELETE FROM {table} WHERE {_KEYS[table]} IN (SELECT {_KEYS[table]} FROM {table} "
-                         "ORDER BY fetched_at DESC LIMIT -1 OFFSET ?)", (MAX_ROWS,))
+        waits = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        # A cache entry is worth less than the request thread: it waits this long for a job's write.
+        conn.execute(f"PRAGMA busy_timeout={WRITE_WAIT_MS}")
+        try:
+            with db.transaction(conn):
+                conn.execute(f"INSERT OR REPLACE INTO {table}({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                             tuple(row.values()))
+                conn.execute(f"DELETE FROM {table} WHERE {_KEYS[table]} IN (SELECT {_KEYS[table]} FROM {table} "
+                             "ORDER BY fetched_at DESC LIMIT -1 OFFSET ?)", (MAX_ROWS,))
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={waits}")
     except sqlite3.Error:
         pass
 
