@@ -1,6 +1,7 @@
 """Every job that writes site.db, in one table.
 
-    python jobs.py              run the scheduler (APScheduler BlockingScheduler) until Ctrl-C
+    python jobs.py              run the scheduler (APScheduler BlockingScheduler) until Ctrl-C or
+                                SIGTERM; the runs under way then finish before it exits
     python jobs.py run NAME     run one job now and print its summary (exit 0 ok, 1 failed,
                                 75 not run: the job is already running in another process)
     python jobs.py list         list the jobs and their schedules
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import sqlite3
 import sys
 import threading
@@ -174,10 +176,25 @@ def schedule(settings: Settings) -> int:
             late = set(JOBS)
         watched = db.identity_of(settings.db_path)
         watch_lock = threading.Lock()
+        stopping, under_way = threading.Event(), threading.Condition()
+        running: set[str] = set()
 
         def run_scheduled(name: str) -> None:
-            """One scheduled run, logged in the scheduler's words. A site.db that is a new file after
-            it (rebuilt where it was missing or emptied) has every job run at once, rather than at
+            """One scheduled run, counted while under way so a stop can let it finish."""
+            with under_way:
+                if stopping.is_set():
+                    return
+                running.add(name)
+            try:
+                run_and_watch(name)
+            finally:
+                with under_way:
+                    running.discard(name)
+                    under_way.notify_all()
+
+        def run_and_watch(name: str) -> None:
+            """One run, logged in the scheduler's words. A site.db that is a new file after it
+            (rebuilt where it was missing or emptied) has every job run at once, rather than at
             their next times (the census a week away), and the -shm keeper moves to it."""
             nonlocal keeper, watched
             ok, summary = run_job(settings, name)
@@ -210,11 +227,24 @@ def schedule(settings: Settings) -> int:
         log.info("scheduling %s", ", ".join(JOBS))
         # run_scheduled says how each run went; APScheduler's "executed successfully" followed failures too
         logging.getLogger("apscheduler.executors.default").setLevel(logging.WARNING)
+
+        def stop(signum, frame) -> None:
+            """SIGTERM (systemctl stop, a deploy, `make run` ending): no new run starts, and the runs
+            under way finish and are recorded, rather than being cut off and closed as failed later."""
+            stopping.set()
+            with contextlib.suppress(Exception):  # already stopping
+                scheduler.shutdown(wait=False)
+        signal.signal(signal.SIGTERM, stop)
         try:
             scheduler.start()
         except (KeyboardInterrupt, SystemExit):
             pass
         finally:
+            stopping.set()
+            with under_way:
+                if running:
+                    log.info("stopping once the runs under way end: %s", ", ".join(sorted(running)))
+                under_way.wait_for(lambda: not running)
             if keeper is not None:
                 keeper.close()
     return 0

@@ -51,9 +51,11 @@ os.chdir(os.environ["ROOT"])
 
 
 def pause():
-    pathlib.Path(os.environ["READY"]).write_text(str(os.getpid()))
-    while True:
-        time.sleep(60)
+    """Say so in READY, then wait until READY.resume exists (most tests kill the process instead)."""
+    ready = pathlib.Path(os.environ["READY"])
+    ready.write_text(str(os.getpid()))
+    while not pathlib.Path(f"{ready}.resume").exists():
+        time.sleep(0.05)
 
 
 if os.environ.get("PAUSE_SQL"):  # the n-th statement that starts so, inside the job's transaction
@@ -708,6 +710,34 @@ jobs.JOBS["ledger"] = dataclasses.replace(jobs.JOBS["ledger"], trigger={"trigger
 for outside in ("census", "around", "tracks", "calendar"):
     jobs.JOBS[outside] = dataclasses.replace(jobs.JOBS[outside], run=lambda s: "stood in for by the test")
 """
+
+
+def test_a_stopped_scheduler_lets_the_runs_under_way_finish_and_records_them(tmp_path):
+    """SIGTERM (systemctl stop, a deploy) while the content job writes: the run is not cut off and
+    closed as failed by a later one; the scheduler starts nothing new and exits 0 once it ends."""
+    site = make_site(tmp_path)
+    ready, log = site.root / "paused", site.root / "scheduler.log"
+    with log.open("w") as out:
+        scheduler = subprocess.Popen([sys.executable, str(site.root / "hook.py")], cwd=ROOT, stdout=out,
+                                     stderr=subprocess.STDOUT, env={**site.env, "SEAM": QUICK_SCHEDULER_SEAM,
+                                                                    "PAUSE_SQL": "INSERT INTO pages", "READY": str(ready)})
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not ready.exists():
+            assert scheduler.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.02)
+        scheduler.send_signal(signal.SIGTERM)
+        while "stopping once the runs under way end: content" not in log.read_text():
+            assert scheduler.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.02)
+        Path(f"{ready}.resume").touch()
+        assert scheduler.wait(timeout=HANG_GUARD_S) == 0, log.read_text()
+    finally:
+        if scheduler.poll() is None:
+            scheduler.kill()
+    assert site.query("SELECT ok, error FROM job_runs WHERE name = 'content'") == [(1, None)]
+    assert site.query("SELECT count(*) FROM pages") == [(5,)]
+    assert site.query("SELECT count(*) FROM job_runs WHERE finished IS NULL") == [(0,)]
 
 
 def finished_jobs(site: Site) -> set[str]:
