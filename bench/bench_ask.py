@@ -19,8 +19,9 @@ on the other, next to the shipped ranker there: a variant is only worth shipping
 
 Development set: bench/ask_dev.json, when present, holds questions written without sight of the
 evaluation set, the variants or the ranker. `--variants` then scores every variant on it too and
-names the one to ship by a rule fixed before that set was written: the highest top-1 + MRR@10 on the
-development set (the shipped one on a tie). The evaluation set measures that choice without making it.
+names the one to ship by a rule fixed before any variant was scored on it: the highest top-1 +
+MRR@10 on the development set (the shipped one on a tie). The evaluation set measures that choice
+without making it.
 """
 from __future__ import annotations
 
@@ -370,8 +371,8 @@ def variants(settings, conn) -> None:
         print(f"Chosen on half {chosen_on}: {best}; on held-out half {held_out}: top-1 {got[0]:.2f}, MRR@10 {got[1]:.3f} "
               f"(shipped: {base[0]:.2f}, {base[1]:.3f}).")
     if dev_items:
-        # The rule, fixed before the development set was written: ship the variant with the highest
-        # top-1 + MRR@10 on the development set (the shipped one on a tie); the evaluation set then
+        # The rule, fixed before any variant was scored on the development set: ship the variant with
+        # the highest top-1 + MRR@10 there (the shipped one on a tie); the evaluation set then
         # measures that choice without having made it.
         best = max(dev_table, key=lambda n: (sum(figures(dev_table[n], dev_targets, dev_all)), n == SHIPPED))
         got, base = figures(table[best], targets, everyone), figures(table[SHIPPED], targets, everyone)
