@@ -230,18 +230,28 @@ def _has_photos(conn: sqlite3.Connection) -> bool:
         return False
 
 
+_waiting_for_photos: set[tuple] = set()  # the rebuilt files whose wait was logged
+
+
 def _fills_in_for(conn: sqlite3.Connection, over: sqlite3.Connection | None) -> bool:
     """True when the database may be served in place of `over` (the file read so far, if any): its
-    content is indexed, and where `over` has photos, so does it or the photos job has run in it. A
+    content is indexed, and where `over` has photos, so does it or a photos run has ended in it
+    (ok or failed: a photos job that keeps failing must not hold every other change back). A
     rebuilt file would otherwise answer an empty archive, cacheable for minutes, until that job ran."""
     if not _holds_pages(conn):
         return False
     if over is None or _has_photos(conn) or not _has_photos(over):
         return True
     try:
-        return conn.execute("SELECT 1 FROM job_runs WHERE name = 'photos' AND ok = 1 LIMIT 1").fetchone() is not None
+        ended = conn.execute("SELECT 1 FROM job_runs WHERE name = 'photos' AND finished IS NOT NULL LIMIT 1").fetchone()
+        path = conn.execute("PRAGMA database_list").fetchone()[2]
     except sqlite3.Error:
         return False
+    if ended is None and (path, identity_of(Path(path))) not in _waiting_for_photos:
+        _waiting_for_photos.add((path, identity_of(Path(path))))
+        log.warning("site.db at %s is a new file with its pages but no photos yet: the last good file is served "
+                    "until the photos job has run in it", path)
+    return ended is not None
 
 
 def can_serve(path: Path, over: sqlite3.Connection | None = None) -> bool:

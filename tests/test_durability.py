@@ -629,6 +629,27 @@ def test_a_deleted_or_emptied_site_db_is_served_until_the_jobs_rebuild_it(tmp_pa
     wait_for(worker, "/search.json?q=dunlin", lambda status, body: status == 200 and body["total"] == 5)
 
 
+def test_a_rebuilt_site_db_whose_photos_job_fails_is_served_once_that_run_ends(tmp_path, caplog):
+    """The originals drive is not mounted when site.db is rebuilt: the photos job fails there, and
+    the app must not keep the deleted file (and hold back every page change) until it succeeds."""
+    site = make_site(tmp_path, photos=2)
+    build(site, "photos", "content")
+    worker = OneWorker(site.settings)
+    assert worker.get("/photos/query.json")[1]["total"] == 2
+    site.db.unlink()
+    (site.root / "originals").rename(site.root / "unmounted")
+    mark_pages(site, "godwit")
+    ok(site.run("content"))
+    looked = time.monotonic()
+    while time.monotonic() - looked < 2.5 * db.REOPEN_CHECK_S:  # the last good file, while no photos run has ended
+        assert worker.get("/search.json?q=godwit")[1]["total"] == 0
+        time.sleep(0.05)
+    assert sum("no photos yet" in r.getMessage() for r in caplog.records) == 1  # said once, not every look
+    assert "does not exist" in failed_cleanly(site.run("photos"))
+    wait_for(worker, "/search.json?q=godwit", lambda status, body: status == 200 and body["total"] == 5)
+    assert worker.get("/photos/query.json")[1]["total"] == 0
+
+
 def test_a_lens_request_does_not_replace_an_emptied_site_db_with_an_empty_one(tmp_path, monkeypatch):
     """The lens opens site.db for its caches as a writer, and a writer builds a new site.db where it
     finds none: after one /lens/fetch the site served an empty index (200, total 0) where it said
