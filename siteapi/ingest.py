@@ -7,8 +7,9 @@ deleted ones, skips and reports what it cannot read (a file name that is not UTF
 embeds captions with the /ask model (when it can be loaded) for matching by meaning, and writes
 everything in one short transaction; the public copies (`images_dir/full/<file name>`, only while
 originals_public is true) are staged and renamed into place before it, so no row is served ahead
-of its copy, and any copy of a photo no longer published is removed (after the commit, and at the
-start of the next run, for a run killed in between). Every file is on the disk before its name is
+of its copy (a commit that fails puts back the copies they replaced and removes the new ones), and
+any copy of a photo no longer published is removed (after the commit, and at the start of the next
+run, for a run killed in between). Every file is on the disk before its name is
 (db.write_synced), so a power loss leaves no name on a short file. A removed photo's thumbnails go
 with it; a replaced photo's old ones stay SUPERSEDED_GRACE_S, for the cached replies that still
 name them. A folder with no JPEG left while the archive has photos (a drive not mounted) is
@@ -145,8 +146,8 @@ def make_thumbnails(data: bytes, stem: str, out_dir: Path) -> dict[str, str]:
 
 
 def _stage_copy(full_dir: Path, name: str, payload: bytes) -> Path:
-    """Write a public copy to a temporary file beside its final name; run_photos renames it after
-    the transaction."""
+    """Write a public copy to a temporary file beside its final name; run_photos renames it into
+    place just before its transaction (keeping the copy it replaces aside until the commit)."""
     full_dir.mkdir(parents=True, exist_ok=True)
     temp = full_dir / f".{name}.tmp"
     db.write_synced(temp, payload)
@@ -155,8 +156,8 @@ def _stage_copy(full_dir: Path, name: str, payload: bytes) -> Path:
 
 def _copy_is_current(original: Path, copy: Path) -> bool:
     """The copy was written after the original was last put in place (its ctime, which no restore
-    keeping old times can set back): a copy left behind by a run stopped between its commit and its
-    renames is older, and is written again. The copy keeps its own write time, which /images/full/
+    keeping old times can set back): a copy put back by a run whose commit failed, or left by a run
+    stopped before it staged the new one, is older, and is written again. The copy keeps its own write time, which /images/full/
     gives as Last-Modified: it never goes back when an older file replaces an original."""
     try:
         return copy.stat().st_mtime_ns >= original.stat().st_ctime_ns
@@ -292,6 +293,7 @@ def run_photos(settings) -> str:
         report.folders = sorted(_shown_name(p) + "/" for p in listed if p.is_dir())
         written: set[str] = set()
         copies: dict[str, Path] = {}  # public copy name → its staged file, renamed before the commit
+        kept_aside: dict[str, Path] = {}  # a replaced copy's previous file, put back if the commit fails
         now = db.now_iso()
         try:
             for path in tqdm(entries, desc="photos", unit="file", disable=None):
@@ -364,6 +366,11 @@ def run_photos(settings) -> str:
                 with contextlib.suppress(FileNotFoundError):
                     os.utime(images_dir / name)
             for name, temp in copies.items():
+                if (full_dir / name).exists():
+                    aside = full_dir / f".{name}.prev.tmp"
+                    aside.unlink(missing_ok=True)
+                    os.link(full_dir / name, aside)
+                    kept_aside[name] = aside
                 db.replace_synced(temp, full_dir / name)
             placeholders = ", ".join("?" for _ in PHOTO_COLUMNS)
             with db.transaction(conn):
@@ -385,6 +392,8 @@ def run_photos(settings) -> str:
         except BaseException:
             _delete_files(images_dir, written - _all_referenced(existing.values()))
             _delete_files(full_dir, {temp.name for temp in copies.values()})
+            for name, aside in kept_aside.items():
+                db.replace_synced(aside, full_dir / name)
             _delete_unpublished(full_dir, {old["file_name"] for old in existing.values()} if settings.originals_public else set())
             raise
         # Thumbnails of removed photos, and those written for a file that then failed, go now;
@@ -394,6 +403,7 @@ def run_photos(settings) -> str:
             _sweep_superseded(images_dir, referenced)
         _delete_unpublished(full_dir, {r[0] for r in conn.execute("SELECT file_name FROM photos")}
                             if settings.originals_public else set())
+        _delete_files(full_dir, {aside.name for aside in kept_aside.values()})
         for place in (images_dir, full_dir):
             _delete_stale_temps(place, started)
         return report.summary()

@@ -38,7 +38,7 @@ from conftest import ROOT, build_site, make_settings
 from feeds_servers import FirmServer, IcsServer, SpotifyServer, _toml_value
 from servers import accepts, running, serve_wsgi
 from test_stack_e2e import free_port
-from siteapi import db, demo_photos, exif, photos, ranker
+from siteapi import db, demo_photos, exif, ingest, photos, ranker
 from siteapi.config import load_settings
 
 HANG_GUARD_S = 120  # only a child that never reaches its pause waits this long; nothing is timed
@@ -343,11 +343,20 @@ def test_photos_killed_mid_transaction_or_after_its_commit_recovers(tmp_path):
         assert_published_whole(site)
 
         # 3. after the commit that removes a photo, at its thumbnails' deletion: its public copy is
-        # gone with the next run's start, even when that run fails at once (no originals mounted)
+        # gone with the next run's start, even when that run fails at once (no originals mounted);
+        # the thumbnails of a photo replaced in that run were dated before the commit, so the sweep
+        # keeps them their grace for the cached answers that still name them
         removed = sorted(p for p in (site.root / "originals").glob("*.jpg"))[-1]
         removed.unlink()
         (thumb,) = site.query("SELECT thumb_jpg FROM photos WHERE stem = ?", (removed.stem,))[0]
+        replaced = set(site.query("SELECT thumb_avif, thumb_jpg, thumb_small, thumb_xs FROM photos WHERE stem = ?",
+                                  (stem,))[0])
+        long_ago = time.time() - 2 * ingest.SUPERSEDED_GRACE_S  # photos ingested long ago
+        for image in site.images.iterdir():
+            os.utime(image, (long_ago, long_ago))
+        edit(original, 11)
         site.kill_paused("photos", PAUSE_UNLINK=thumb)
+        assert all((site.images / name).stat().st_mtime > long_ago + 60 for name in replaced)
         assert site.query("SELECT count(*) FROM photos WHERE stem = ?", (removed.stem,)) == [(0,)]
         assert (site.images / "full" / removed.name).exists()
         kept = sorted(p.name for p in (site.root / "originals").glob("*.jpg"))
@@ -363,6 +372,36 @@ def test_photos_killed_mid_transaction_or_after_its_commit_recovers(tmp_path):
     ran = site.query("SELECT ok, error FROM job_runs WHERE name = 'photos' ORDER BY id")
     assert ran[:5] == [(1, None)] + [(0, db.ABANDONED), (1, None)] * 2
     assert [r[0] for r in ran[5:]] == [0, 0, 1] and ran[5][1] == db.ABANDONED
+
+
+def test_a_photos_commit_that_fails_leaves_the_copies_and_thumbnails_as_they_were(tmp_path):
+    """The commit refused (here by a trigger; a full disk or a lock held past the busy timeout alike)
+    after the new copies were renamed into place: the replaced copy is put back, the new photo's
+    copy and the run's thumbnails go, and the next run that commits publishes both."""
+    site = make_site(tmp_path, photos=2)
+    build(site, "photos")
+    first, second = sorted((site.root / "originals").glob("*.jpg"))
+    copy, before = site.images / "full" / first.name, site.rows("photos")
+    published, images = copy.read_bytes(), sorted(p.name for p in site.images.iterdir())
+    edit(first, 7)
+    newcomer = site.root / "originals" / "DSCF0999.jpg"
+    shutil.copy(second, newcomer)
+    edit(newcomer, 3)
+    with contextlib.closing(sqlite3.connect(site.db)) as conn:
+        conn.execute("CREATE TRIGGER refused BEFORE INSERT ON photos BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END")
+        conn.commit()
+    failed_cleanly(site.run("photos"))
+    assert site.rows("photos") == before
+    assert copy.read_bytes() == published and not (site.images / "full" / newcomer.name).exists()
+    assert sorted(p.name for p in site.images.iterdir()) == images
+    assert_published_whole(site)
+    with contextlib.closing(sqlite3.connect(site.db)) as conn:
+        conn.execute("DROP TRIGGER refused")
+        conn.commit()
+    ok(site.run("photos"))
+    assert copy.read_bytes() == exif.public_original(first.read_bytes())
+    assert (site.images / "full" / newcomer.name).read_bytes() == exif.public_original(newcomer.read_bytes())
+    assert_published_whole(site)
 
 
 def crawler_lines(log: Path, count: int) -> None:
