@@ -349,11 +349,14 @@ def run_content(settings) -> str:
         # A file that failed keeps its last good row; only pages whose file is gone are deleted.
         gone = [path for path, (_, source) in stored.items()
                 if path not in wanted and not failed_source(source, failed)]
-        # The vectors of what `pages` will hold are made first and written in the pages' transaction:
-        # a page is never served without its vector, nor with the vector of its old text.
+        # The vectors of what `pages` will hold are made first and written in the pages' transaction,
+        # so the model never ranks a page by the vector of its old text (with no model, or for a page
+        # the model fails on, there is no vector: the model ranking leaves the page out).
         kept = conn.execute("SELECT path, hash, title, description, text FROM pages").fetchall()
         after = {r["path"]: r for r in kept if r["path"] not in gone} | {p.path: p.row() for p in changed}
-        fresh = ranker.missing_vectors(conn, list(after.values()), settings)
+        embedded = ranker.missing_vectors(conn, list(after.values()), settings)
+        errors += [f"{path}: the /ask model could not embed it ({why}); its model ranking leaves it out until a "
+                   "run can." for path, why in (embedded.failed.items() if embedded else ())]
         with db.transaction(conn):
             for page in changed:
                 conn.execute(
@@ -373,10 +376,10 @@ def run_content(settings) -> str:
                 )
             elif not resume_failed:  # the owner removed it: /resume.json and /resume.md answer 404 again
                 conn.execute("DELETE FROM site_files WHERE name = 'resume.json'")
-            if fresh is not None:
-                ranker.store_vectors(conn, fresh)
+            if embedded is not None:
+                ranker.store_vectors(conn, embedded)
         summary = (f"{len(pages)} pages: {len(changed)} added or changed, {len(gone)} removed, {len(errors)} failed;"
-                   f" {len(fresh or ())} page vectors computed")
+                   f" {len(embedded.vectors) if embedded else 0} page vectors computed")
     finally:
         conn.close()
     if errors:

@@ -254,29 +254,51 @@ def passage_vectors(model: Model, title: str, description: str, text: str) -> np
     return np.stack([model.embed([p])[0] for p in passages(title, description, text)])
 
 
-def missing_vectors(conn: sqlite3.Connection, pages: list, settings=None) -> dict[str, tuple[str, bytes]] | None:
+@dataclass
+class Embedded:
+    """What `missing_vectors` made: vectors by path, (hash, blob), and the pages whose text the
+    model failed on, by path, with why (they go without a vector: the model ranking leaves them out)."""
+    vectors: dict[str, tuple[str, bytes]]
+    failed: dict[str, str]
+
+
+def _sound(blob: bytes) -> bool:
+    """A stored vector blob this version can read: whole rows of DIM float32 values, all finite."""
+    return bool(blob) and len(blob) % (DIM * 4) == 0 and bool(np.isfinite(np.frombuffer(blob, dtype=np.float32)).all())
+
+
+def missing_vectors(conn: sqlite3.Connection, pages: list, settings=None) -> Embedded | None:
     """Vectors for the `pages` (rows with path, hash, title, description, text: what `pages` will
-    hold) that `page_vectors` lacks, by path: (hash, blob), embedded now, outside any transaction.
+    hold) that `page_vectors` lacks (or holds damaged), embedded now, outside any transaction.
     None without a model: nothing is to change (the app then ranks lexically)."""
     model = load_model(RankerSettings.from_settings(settings))
     if model is None:
         return None
-    stored = {r["path"]: (r["hash"], r["model"]) for r in conn.execute("SELECT path, hash, model FROM page_vectors")}
+    stored = {r["path"]: (r["hash"], r["model"]) for r in conn.execute("SELECT path, hash, model, vector FROM page_vectors")
+              if _sound(r["vector"])}
     stale = [p for p in pages if stored.get(p["path"]) != (p["hash"], PAGE_REPRESENTATION)]
+    embedded = Embedded({}, {})
     # A progress bar on a terminal (`jobs.py run content`); tqdm stays silent under the scheduler.
-    return {p["path"]: (p["hash"], passage_vectors(model, p["title"], p["description"], p["text"]).tobytes())
-            for p in tqdm(stale, desc="page vectors", unit="page", disable=None)}
+    for page in tqdm(stale, desc="page vectors", unit="page", disable=None):
+        try:
+            vectors = passage_vectors(model, page["title"], page["description"], page["text"])
+        except Exception as exc:  # onnxruntime's and tokenizers' own error types: one page, not the run
+            embedded.failed[page["path"]] = f"{type(exc).__name__}: {exc}"
+            continue
+        embedded.vectors[page["path"]] = (page["hash"], vectors.tobytes())
+    return embedded
 
 
-def store_vectors(conn: sqlite3.Connection, fresh: dict[str, tuple[str, bytes]]) -> None:
-    """Within the caller's transaction, once `pages` holds what the vectors were made for: the fresh
-    vectors in, and out those of pages that are gone."""
+def store_vectors(conn: sqlite3.Connection, embedded: Embedded) -> None:
+    """Within the caller's transaction, once `pages` holds what the vectors were made for: the new
+    vectors in, and out those of pages that are gone or whose new text failed."""
     gone = {path for (path,) in conn.execute("SELECT path FROM page_vectors WHERE path NOT IN (SELECT path FROM pages)")}
-    if not fresh and not gone:
+    out = gone | set(embedded.vectors) | set(embedded.failed)
+    if not out:
         return
-    conn.executemany("DELETE FROM page_vectors WHERE path = ?", [(path,) for path in gone | set(fresh)])
+    conn.executemany("DELETE FROM page_vectors WHERE path = ?", [(path,) for path in out])
     conn.executemany("INSERT INTO page_vectors(path, hash, model, vector) VALUES (?, ?, ?, ?)",
-                     [(path, digest, PAGE_REPRESENTATION, blob) for path, (digest, blob) in fresh.items()])
+                     [(path, digest, PAGE_REPRESENTATION, blob) for path, (digest, blob) in embedded.vectors.items()])
     conn.execute("INSERT INTO page_vectors_state (id, generation) VALUES (1, random()) "
                  "ON CONFLICT (id) DO UPDATE SET generation = excluded.generation")
 
@@ -285,13 +307,13 @@ def refresh_page_vectors(conn: sqlite3.Connection, settings=None) -> int:
     """Embed the pages of `pages` that are new or whose hash changed, drop vectors of deleted pages;
     return how many pages were embedded (the content job does the same in its pages' transaction)."""
     conn.isolation_level = None
-    fresh = missing_vectors(conn, conn.execute("SELECT path, hash, title, description, text FROM pages").fetchall(),
-                            settings)
-    if fresh is None:
+    embedded = missing_vectors(conn, conn.execute("SELECT path, hash, title, description, text FROM pages").fetchall(),
+                               settings)
+    if embedded is None:
         return 0
     with db.transaction(conn):
-        store_vectors(conn, fresh)
-    return len(fresh)
+        store_vectors(conn, embedded)
+    return len(embedded.vectors)
 
 
 @dataclass(frozen=True)
@@ -304,7 +326,11 @@ class PageMatrix:
 
     @classmethod
     def from_rows(cls, paths: list[str], blobs: list[bytes]) -> "PageMatrix":
-        vectors = [np.frombuffer(blob, dtype=np.float32).reshape(-1, DIM) for blob in blobs]
+        """The matrix of these pages' stored blobs; a page whose blob is damaged is left out (the
+        content job embeds it again)."""
+        kept = [(path, blob) for path, blob in zip(paths, blobs) if _sound(blob)]
+        paths = [path for path, _ in kept]
+        vectors = [np.frombuffer(blob, dtype=np.float32).reshape(-1, DIM) for _, blob in kept]
         if not vectors:
             return cls([], np.zeros((0, DIM), np.float32), np.zeros((0, DIM), np.float32), np.zeros(0, np.int64))
         centroids = np.stack([v.mean(axis=0) for v in vectors])

@@ -13,7 +13,7 @@ import pytest
 
 from siteapi import ask, db, ranker
 from siteapi.config import ROOT, load_settings
-from siteapi.content import run_content
+from siteapi.content import ContentError, run_content
 from siteapi.ratelimit import RateLimiter
 from siteapi.web import ApiError
 
@@ -581,3 +581,51 @@ def test_vectors_of_an_older_representation_are_re_embedded(site):
     assert "/coffee" in ranker.page_matrix(site.conn).paths
     models = {m for (m,) in site.conn.execute("SELECT model FROM page_vectors")}
     assert models == {ranker.PAGE_REPRESENTATION}
+
+
+@pytest.mark.parametrize("damage", [b"", b"\x00" * 10, ranker.np.full(ranker.DIM, ranker.np.nan, ranker.np.float32).tobytes()])
+def test_a_damaged_stored_vector_leaves_its_page_out_until_the_content_job_embeds_it_again(site, damage):
+    """A site.db damaged or edited by hand: the model still ranks the other pages (no 500, no NaN
+    probabilities), and the next refresh embeds the page again, its hash and model unchanged."""
+    row = site.conn.execute("SELECT id, vector FROM page_vectors WHERE path = '/coffee'").fetchone()
+    site.conn.execute("UPDATE page_vectors SET vector = ?, id = (SELECT max(id) + 1 FROM page_vectors) WHERE id = ?",
+                      (damage, row["id"]))
+    assert "/coffee" not in ranker.page_matrix(site.conn).paths
+    body = answer(site, query="how do I book a coffee with you")
+    assert body["_meta"]["ranking"] == f"model:{ranker.MODEL_NAME}"
+    assert all(0 <= r["score"] <= 100 for r in body["results"]) and sum(r["score"] for r in body["results"]) <= 100
+    assert ranker.refresh_page_vectors(site.conn, site.settings) == 1
+    assert "/coffee" in ranker.page_matrix(site.conn).paths
+    assert answer(site, query="how do I book a coffee with you")["results"][0]["url"] == "https://aadhar.sh/coffee"
+
+
+def test_a_page_the_model_fails_on_goes_without_a_vector_and_the_others_are_written(tmp_path, monkeypatch):
+    """The model loads but fails on one page's text (onnxruntime's fault, injected): that page goes
+    out of the model ranking with a sentence in the run's errors; every other change is written."""
+    (tmp_path / "content").mkdir()
+    for name, page in PAGES.items():
+        write_page(tmp_path / "content", name, *page)
+    settings = load_settings(write_site(tmp_path))
+    run_content(settings)
+    model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
+    marker = model.tokenizer.encode("quokka", add_special_tokens=False).ids[0]
+    session_run = type(model.session).run
+
+    def failing(session, outputs, feed, *args, **kwargs):
+        if marker in feed["input_ids"]:
+            raise RuntimeError("[ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : injected")
+        return session_run(session, outputs, feed, *args, **kwargs)
+    monkeypatch.setattr(type(model.session), "run", failing)
+    write_page(tmp_path / "content", "coffee", *PAGES["coffee"][:4], PAGES["coffee"][4] + " A quokka drinks there.")
+    write_page(tmp_path / "content", "privacy", *PAGES["privacy"][:4], PAGES["privacy"][4] + " Logs rotate daily.")
+    with pytest.raises(ContentError, match=r"/coffee: the /ask model could not embed it \(RuntimeError: .*injected"):
+        run_content(settings)
+    conn = db.connect(settings.db_path, readonly=True)
+    try:
+        texts = dict(conn.execute("SELECT path, text FROM pages").fetchall())
+        assert "quokka" in texts["/coffee"] and "rotate daily" in texts["/privacy"]  # both written
+        assert "/coffee" not in ranker.page_matrix(conn).paths and "/privacy" in ranker.page_matrix(conn).paths
+        hashes = dict(conn.execute("SELECT path, hash FROM pages").fetchall())
+        assert conn.execute("SELECT hash FROM page_vectors WHERE path = '/privacy'").fetchone()[0] == hashes["/privacy"]
+    finally:
+        conn.close()
