@@ -232,8 +232,9 @@ def load_model(config: RankerSettings) -> Model | None:
 
 def passages(title: str, description: str, text: str) -> list[str]:
     """The title, the description, then the start of the body in sentence-aligned passages of up to
-    CHUNK_CHARS, each opening with the last sentence of the one before (when it fits), so a
-    statement cut at a passage's edge is whole in one of them. Empty parts are left out."""
+    CHUNK_CHARS, each opening with the last sentence of the one before when that one holds several
+    and the sentence fits, so a statement cut at a passage's edge is whole in one of them. Empty
+    parts are left out."""
     body, current = [], []
     for sentence in (s for s in _SENTENCE_END.split(text) if s.strip()):
         if current and len(" ".join([*current, sentence])) > CHUNK_CHARS:

@@ -161,7 +161,7 @@ def test_a_wal_grown_by_one_large_write_is_cut_back_once_a_checkpoint_empties_it
 
 def test_a_cache_write_meeting_a_jobs_write_is_dropped_and_the_connection_keeps_its_patience(tmp_path):
     """A lens cache entry waits WRITE_WAIT_MS, not the jobs' BUSY_TIMEOUT_MS, for a write a job
-    holds, then is dropped; the connection (a job's own, for the census) keeps its busy timeout."""
+    holds, then is dropped; the connection keeps its own busy timeout for whatever else it does."""
     path = tmp_path / "site.db"
     job, app = db.writer(path), db.writer(path)
     try:
