@@ -37,12 +37,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from siteapi import db
 from siteapi.config import ROOT, option
 
 log = logging.getLogger(__name__)
+
+# numpy's BLAS on one thread, as onnxruntime runs, for the whole process and from its start (no
+# request thread is then inside a BLAS call): its thread per core, on cores the request threads
+# share, made one product of the page matrix (2,046 pages) ten times slower (24 ms against 2 ms,
+# pinned to one core; `bench/bench_ask.py`). Nothing in the app or the jobs wants threaded BLAS.
+threadpool_limits(limits=1, user_api="blas")
 
 MODEL_NAME = "minilm-l6-v2-int8"
 # Stored in page_vectors.model: bump the suffix whenever passages() or what is stored changes, so
@@ -120,13 +127,7 @@ class Model:
 
     def __init__(self, model_path: Path, tokenizer_path: Path):
         import onnxruntime
-        from threadpoolctl import threadpool_limits
         from tokenizers import Tokenizer
-
-        # numpy's BLAS on one thread as well, for the whole process: its thread per core, on cores
-        # the request threads share, made one product of the page matrix (2,046 pages) ten times
-        # slower (24 ms against 2 ms, pinned to one core; `bench/bench_ask.py`).
-        threadpool_limits(limits=1, user_api="blas")
 
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1

@@ -165,9 +165,13 @@ def test_a_cache_write_meeting_a_jobs_write_is_dropped_and_the_connection_keeps_
     path = tmp_path / "site.db"
     job, app = db.writer(path), db.writer(path)
     try:
+        statements = []
+        app.set_trace_callback(statements.append)
         job.execute("BEGIN IMMEDIATE")
         cache.write(app, cache.DISCOVERY, "https://held.example", {"probes": {}})
         job.execute("ROLLBACK")
+        asked = statements.index("BEGIN IMMEDIATE")  # the wait it asked for the write lock with
+        assert f"PRAGMA busy_timeout={cache.WRITE_WAIT_MS}" in statements[:asked] and cache.WRITE_WAIT_MS < db.BUSY_TIMEOUT_MS
         assert cache.read(app, cache.DISCOVERY, "https://held.example", 6) is None
         assert app.execute("PRAGMA busy_timeout").fetchone()[0] == db.BUSY_TIMEOUT_MS
         cache.write(app, cache.DISCOVERY, "https://free.example", {"probes": {}})
