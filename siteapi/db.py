@@ -332,6 +332,17 @@ def versioned_cache(conn: sqlite3.Connection, limit: int = 512, recheck_s: float
 
 
 @contextmanager
+def one_snapshot(conn: sqlite3.Connection):
+    """Reads of several statements on an autocommit reader from one snapshot of site.db (a read
+    transaction): a job's commit between them cannot mix two versions in one answer."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")
+
+
+@contextmanager
 def transaction(conn: sqlite3.Connection):
     """One short write transaction: BEGIN IMMEDIATE ... COMMIT, rolled back on any error."""
     conn.execute("BEGIN IMMEDIATE")

@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from siteapi import ranker, search
+from siteapi import db, ranker, search
 from siteapi.web import ApiError, clamp_int
 
 SCHEMA = """
@@ -249,19 +249,15 @@ def _index(conn: sqlite3.Connection) -> _Index:
     cached = _indexes.get(path)
     if cached and cached[0] == _generation(conn):
         return cached[1]
-    with _index_lock:
-        conn.execute("BEGIN")  # the generation and the rows it stands for, from one snapshot
-        try:
-            generation = _generation(conn)
-            cached = _indexes.get(path)
-            if not cached or cached[0] != generation:
-                rows = conn.execute(
-                    "SELECT stem, date, film, alt, camera, lens, expansion, year, recipe_text, recipe_text AS recipe, "
-                    "vector FROM photos LEFT JOIN photo_vectors AS v ON v.sha256 = photos.sha256 AND v.model = ? "
-                    f"{ORDER_SQL}", (ranker.MODEL_NAME,)).fetchall()
-                _indexes[path] = cached = (generation, _Index(rows))
-        finally:
-            conn.execute("COMMIT")
+    with _index_lock, db.one_snapshot(conn):  # the generation and the rows it stands for
+        generation = _generation(conn)
+        cached = _indexes.get(path)
+        if not cached or cached[0] != generation:
+            rows = conn.execute(
+                "SELECT stem, date, film, alt, camera, lens, expansion, year, recipe_text, recipe_text AS recipe, "
+                "vector FROM photos LEFT JOIN photo_vectors AS v ON v.sha256 = photos.sha256 AND v.model = ? "
+                f"{ORDER_SQL}", (ranker.MODEL_NAME,)).fetchall()
+            _indexes[path] = cached = (generation, _Index(rows))
     return cached[1]
 
 

@@ -126,13 +126,14 @@ def search(conn: sqlite3.Connection, q: str, limit: int, base_url: str) -> dict:
 def rank(conn: sqlite3.Connection, words: list[str], limit: int, base_url: str) -> dict:
     """Total before the limit and the ranked rows with kind and snippet."""
     match = fts_match(words)
-    total = conn.execute("SELECT count(*) FROM pages_fts WHERE pages_fts MATCH ?", (match,)).fetchone()[0]
-    rows = conn.execute(
-        f"SELECT p.path, p.title, p.description, p.kind, p.text, -bm25(pages_fts, {', '.join(map(str, WEIGHTS))}) AS score"
-        " FROM pages_fts JOIN pages p ON p.rowid = pages_fts.rowid WHERE pages_fts MATCH ?"
-        " ORDER BY score DESC, p.path LIMIT ?",
-        (match, limit),
-    ).fetchall()
+    with db.one_snapshot(conn):  # the total and the rows of one version
+        total = conn.execute("SELECT count(*) FROM pages_fts WHERE pages_fts MATCH ?", (match,)).fetchone()[0]
+        rows = conn.execute(
+            f"SELECT p.path, p.title, p.description, p.kind, p.text, -bm25(pages_fts, {', '.join(map(str, WEIGHTS))}) AS score"
+            " FROM pages_fts JOIN pages p ON p.rowid = pages_fts.rowid WHERE pages_fts MATCH ?"
+            " ORDER BY score DESC, p.path LIMIT ?",
+            (match, limit),
+        ).fetchall()
     pattern = stems_pattern(words)
     results = [
         {

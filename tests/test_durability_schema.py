@@ -179,3 +179,34 @@ def test_a_cache_write_meeting_a_jobs_write_is_dropped_and_the_connection_keeps_
     finally:
         job.close()
         app.close()
+
+
+def test_a_search_answer_is_one_version_of_site_db_though_a_job_commits_between_its_reads(tmp_path):
+    """/search.json reads the total and the rows in two statements: a job committing a matching page
+    between them (made to happen there) cannot make the total disagree with the rows."""
+    from siteapi import search
+
+    path = tmp_path / "site.db"
+    writer = db.writer(path)
+    page = {"title": "Plover", "description": "A plover page.", "kind": "page", "date": None, "body": "plover",
+            "text": "A plover on the shore.", "source": "p.md", "tags": "[]"}
+
+    def add(name: str) -> None:
+        writer.execute("INSERT INTO pages(path, title, description, kind, date, body, text, hash, source, tags) "
+                       "VALUES (:path, :title, :description, :kind, :date, :body, :text, :hash, :source, :tags)",
+                       {**page, "path": f"/{name}", "hash": name})
+
+    add("first")
+    reader = db.connect(path, readonly=True)
+    try:
+        def between(statement: str) -> None:  # as the rows' statement starts, a job commits another page
+            if statement.lstrip().startswith("SELECT p.path"):
+                add("second")
+        reader.set_trace_callback(between)
+        found = search.rank(reader, ["plover"], 10, "https://aadhar.sh")
+        assert found["total"] == len(found["results"]) == 1
+        reader.set_trace_callback(None)
+        assert search.rank(reader, ["plover"], 10, "https://aadhar.sh")["total"] == 2  # the next answer sees it
+    finally:
+        reader.close()
+        writer.close()
