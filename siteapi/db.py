@@ -332,9 +332,11 @@ def versioned_cache(conn: sqlite3.Connection, limit: int = 512, recheck_s: float
 
 
 @contextmanager
-def one_snapshot(conn: sqlite3.Connection):
+def one_snapshot(conn: sqlite3.Connection | LazyReader):
     """Reads of several statements on an autocommit reader from one snapshot of site.db (a read
-    transaction): a job's commit between them cannot mix two versions in one answer."""
+    transaction): a job's commit between them cannot mix two versions in one answer. A LazyReader
+    is pinned to this thread's connection for the block (opening it may raise sqlite3.Error here)."""
+    conn = reader(conn.path) if isinstance(conn, LazyReader) else conn
     conn.execute("BEGIN")
     try:
         yield conn

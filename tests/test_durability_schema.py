@@ -210,3 +210,24 @@ def test_a_search_answer_is_one_version_of_site_db_though_a_job_commits_between_
     finally:
         reader.close()
         writer.close()
+
+
+def test_the_feeds_snapshot_pins_their_lazy_reader_to_one_version(tmp_path):
+    """Coffee, the ledger and tracks read through a LazyReader in two statements: one_snapshot pins
+    this thread's connection and reads one version, whatever a job commits between the two."""
+    path = tmp_path / "site.db"
+    writer = db.writer(path)
+    try:
+        with db.transaction(writer):
+            writer.execute("INSERT INTO coffee_calendar (id, checked_at, checked_ms, busy_count, window_end) "
+                           "VALUES (1, 'first', 1, 0, 'later')")
+        lazy = db.LazyReader(path)
+        with db.one_snapshot(lazy) as snapshot:
+            assert snapshot is db.reader(path)
+            before = snapshot.execute("SELECT checked_at FROM coffee_calendar").fetchone()[0]
+            with db.transaction(writer):
+                writer.execute("UPDATE coffee_calendar SET checked_at = 'second'")
+            assert snapshot.execute("SELECT checked_at FROM coffee_calendar").fetchone()[0] == before == "first"
+        assert lazy.execute("SELECT checked_at FROM coffee_calendar").fetchone()[0] == "second"
+    finally:
+        writer.close()

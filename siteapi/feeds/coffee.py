@@ -451,10 +451,11 @@ def availability(conn: sqlite3.Connection, settings, now: dt.datetime | None = N
             "timezone": r["zone"].key, "bookingUrl": r["booking_url"], "slots": []}
     unavailable_headers = {"Retry-After": "60", "Cache-Control": "public, max-age=0, s-maxage=10"}
     try:
-        head = conn.execute("SELECT checked_at, checked_ms FROM coffee_calendar WHERE id = 1").fetchone()
-        busy = [] if head is None else conn.execute(
-            "SELECT start_ms, end_ms FROM coffee_busy WHERE end_ms > ? ORDER BY start_ms",
-            (int(now.timestamp() * 1000),)).fetchall()
+        with db.one_snapshot(conn) as snapshot:  # the check's time and the busy times it read
+            head = snapshot.execute("SELECT checked_at, checked_ms FROM coffee_calendar WHERE id = 1").fetchone()
+            busy = [] if head is None else snapshot.execute(
+                "SELECT start_ms, end_ms FROM coffee_busy WHERE end_ms > ? ORDER BY start_ms",
+                (int(now.timestamp() * 1000),)).fetchall()
     except sqlite3.Error:
         raise ApiError(503, "The calendar cannot be read right now, so no slots are offered; try again in a minute.",
                        code="calendar_unavailable", headers=unavailable_headers, **body) from None

@@ -303,9 +303,10 @@ def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -
     since = (now - dt.timedelta(days=WINDOW_DAYS - 1)).strftime("%Y-%m-%d")
     unreadable = "The access log behind the crawler ledger could not be read; try again later."
     try:
-        state = conn.execute("SELECT * FROM ledger_state WHERE id = 1").fetchone()
-        if state is not None:  # the job writes the hits and its state in one transaction
-            items = _line_items(conn, (str(settings.db_path), *state), since, now.strftime("%Y-%m-%d"), rate)
+        with db.one_snapshot(conn) as snapshot:  # the job writes the hits and its state in one transaction
+            state = snapshot.execute("SELECT * FROM ledger_state WHERE id = 1").fetchone()
+            if state is not None:
+                items = _line_items(snapshot, (str(settings.db_path), *state), since, now.strftime("%Y-%m-%d"), rate)
     except sqlite3.Error:
         raise ApiError(502, unreadable, code="upstream_failed", **body) from None
     if state is None:

@@ -360,9 +360,9 @@ def now_playing(settings) -> dict:
                        f"{settings.db_path.parent.name!r} does not exist.", code="storage_not_configured")
     # A site.db not built yet, deleted or emptied is a sqlite3.Error here: the app's 503
     # storage_unavailable (web.Site.serve); a reader that has the file open goes on serving it.
-    conn = db.reader(settings.db_path)
-    head = conn.execute("SELECT * FROM tracks_playlists WHERE playlist_id = ?", (playlist_id,)).fetchone()
-    rows = conn.execute("SELECT * FROM tracks WHERE playlist_id = ? ORDER BY position", (playlist_id,)).fetchall()
+    with db.one_snapshot(db.reader(settings.db_path)) as conn:  # the playlist and its tracks of one version
+        head = conn.execute("SELECT * FROM tracks_playlists WHERE playlist_id = ?", (playlist_id,)).fetchone()
+        rows = conn.execute("SELECT * FROM tracks WHERE playlist_id = ? ORDER BY position", (playlist_id,)).fetchall()
     if head is None:
         raise ApiError(502, "The playlist could not be read from the music service yet.", code="upstream_failed")
     tracks = [
