@@ -19,6 +19,8 @@ from pathlib import Path
 import exiv2
 from PIL import Image, ImageDraw
 
+from siteapi import db
+
 OWNER = "Demo Owner"
 BODY_SERIAL = "DEMO-SERIAL-0042"
 FUJI_SERIAL = "FFDT00424242     DEMOSERIAL"
@@ -274,6 +276,12 @@ def make_jpeg(demo: Demo, index: int) -> bytes:
     return bytes(image.io().mmap())
 
 
+def _put(path: Path, payload: bytes) -> None:
+    temp = path.with_name(f".{path.name}.tmp")  # a dot name: the ingest never reads it
+    db.write_synced(temp, payload)
+    db.replace_synced(temp, path)
+
+
 def generate(folder: str | Path, count: int = 24) -> list[Path]:
     """Write `count` demo JPEGs (and their sidecar captions) into `folder`; returns the JPEG paths.
 
@@ -287,9 +295,11 @@ def generate(folder: str | Path, count: int = 24) -> list[Path]:
         if index >= len(DEMOS):
             demo = _variant(demo, index // len(DEMOS))
         path = folder / f"{demo.stem}.jpg"
-        path.write_bytes(make_jpeg(demo, index))
+        # Each file whole under its name or not there (a first `make run` stopped midway leaves no
+        # half photo for the ingest to refuse); the caption before its photo.
         if demo.caption and demo.caption_in == "sidecar":
-            path.with_suffix(".txt").write_text(demo.caption + "\n", encoding="utf-8")
+            _put(path.with_suffix(".txt"), (demo.caption + "\n").encode("utf-8"))
+        _put(path, make_jpeg(demo, index))
         paths.append(path)
     return paths
 

@@ -12,6 +12,7 @@ import errno
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import ROOT, make_settings
@@ -85,3 +86,37 @@ except OSError as exc:
                             capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == str(errno.EFBIG), result.stdout + result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_photos_generated_by_a_first_run_stopped_midway_are_each_whole(tmp_path):
+    """`make run` killed while it generates the demo photos: the photos there are whole (no half
+    file for the ingest to refuse), and the ingest reads every one of them."""
+    settings = make_settings(tmp_path)
+    paused = tmp_path / "paused"
+    code = f"""
+import os, sys, time
+sys.path.insert(0, {str(ROOT)!r})
+replace = os.replace
+def stopping(src, dst, *args, **kwargs):
+    if str(dst).endswith("DSCF0104.jpg"):  # the fourth photo is written, not yet under its name
+        open({str(paused)!r}, "w").close()
+        time.sleep(600)
+    return replace(src, dst, *args, **kwargs)
+os.replace = stopping
+from siteapi import demo_photos
+demo_photos.generate({str(settings.photos_dir)!r}, count=6)
+"""
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 120  # only a child that never reaches its pause waits this long
+        while not paused.exists():
+            assert child.poll() is None and time.monotonic() < deadline, "the generation ended before its fourth photo"
+            time.sleep(0.02)
+        child.kill()
+        child.wait()
+    finally:
+        if child.poll() is None:
+            child.kill()
+    photos = sorted(p.name for p in settings.photos_dir.glob("*.jpg"))
+    assert photos == ["DSCF0101.jpg", "DSCF0102.jpg", "DSCF0103.jpg"]
+    assert ingest.run_photos(settings).startswith("added 3, updated 0, removed 0, failed 0;")
