@@ -337,11 +337,19 @@ def one_snapshot(conn: sqlite3.Connection | LazyReader):
     transaction): a job's commit between them cannot mix two versions in one answer. A LazyReader
     is pinned to this thread's connection for the block (opening it may raise sqlite3.Error here)."""
     conn = reader(conn.path) if isinstance(conn, LazyReader) else conn
-    conn.execute("BEGIN")
+    # The last good file's connection is shared by the threads that never opened site.db: one of
+    # them may be in its snapshot already, and these reads then ride on it.
+    began = not conn.in_transaction
+    if began:
+        try:
+            conn.execute("BEGIN")
+        except sqlite3.OperationalError:  # another thread began between the check and here
+            began = False
     try:
         yield conn
     finally:
-        conn.execute("COMMIT")
+        if began:
+            conn.execute("COMMIT")
 
 
 @contextmanager

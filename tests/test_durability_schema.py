@@ -229,5 +229,11 @@ def test_the_feeds_snapshot_pins_their_lazy_reader_to_one_version(tmp_path):
                 writer.execute("UPDATE coffee_calendar SET checked_at = 'second'")
             assert snapshot.execute("SELECT checked_at FROM coffee_calendar").fetchone()[0] == before == "first"
         assert lazy.execute("SELECT checked_at FROM coffee_calendar").fetchone()[0] == "second"
+        # the last good file's connection, shared by threads: one already in its snapshot
+        shared = db.connect(path, readonly=True)
+        with db.one_snapshot(shared), db.one_snapshot(shared) as inner:
+            assert inner.execute("SELECT checked_at FROM coffee_calendar").fetchone()[0] == "second"
+        assert not shared.in_transaction
+        shared.close()
     finally:
         writer.close()
