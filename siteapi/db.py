@@ -247,8 +247,9 @@ def _fills_in_for(conn: sqlite3.Connection, over: sqlite3.Connection | None) -> 
         path = conn.execute("PRAGMA database_list").fetchone()[2]
     except sqlite3.Error:
         return False
-    if ended is None and (path, identity_of(Path(path))) not in _waiting_for_photos:
-        _waiting_for_photos.add((path, identity_of(Path(path))))
+    rebuilt = (path, identity_of(Path(path)))
+    if ended is None and rebuilt not in _waiting_for_photos:
+        _waiting_for_photos.add(rebuilt)
         log.warning("site.db at %s is a new file with its pages but no photos yet: the last good file is served "
                     "until the photos job has run in it", path)
     return ended is not None

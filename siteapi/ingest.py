@@ -157,8 +157,9 @@ def _stage_copy(full_dir: Path, name: str, payload: bytes) -> Path:
 def _copy_is_current(original: Path, copy: Path) -> bool:
     """The copy was written after the original was last put in place (its ctime, which no restore
     keeping old times can set back): a copy put back by a run whose commit failed, or left by a run
-    stopped before it staged the new one, is older, and is written again. The copy keeps its own write time, which /images/full/
-    gives as Last-Modified: it never goes back when an older file replaces an original."""
+    stopped before it staged the new one, is older, and is written again. The copy keeps its own
+    write time, which /images/full/ gives as Last-Modified: it never goes back when an older file
+    replaces an original."""
     try:
         return copy.stat().st_mtime_ns >= original.stat().st_ctime_ns
     except FileNotFoundError:
@@ -277,8 +278,8 @@ def run_photos(settings) -> str:
     conn = db.writer(settings.db_path)
     try:
         existing = {row["stem"]: row for row in conn.execute("SELECT * FROM photos")}
-        # Copies of photos no longer published that a run killed after its commit left public.
-        _delete_unpublished(full_dir, {old["file_name"] for old in existing.values()} if settings.originals_public else set())
+        published_before = {old["file_name"] for old in existing.values()} if settings.originals_public else set()
+        _delete_unpublished(full_dir, published_before)  # what a run killed after its commit left public
         listed = [p for p in folder.iterdir() if not p.name.startswith(".")]
         # Of two files with one stem (dup.jpg, dup.JPG), the one published keeps its place.
         entries = sorted((p for p in listed if p.is_file()),
@@ -394,7 +395,7 @@ def run_photos(settings) -> str:
             _delete_files(full_dir, {temp.name for temp in copies.values()})
             for name, aside in kept_aside.items():
                 db.replace_synced(aside, full_dir / name)
-            _delete_unpublished(full_dir, {old["file_name"] for old in existing.values()} if settings.originals_public else set())
+            _delete_unpublished(full_dir, published_before)
             raise
         # Thumbnails of removed photos, and those written for a file that then failed, go now;
         # those of replaced photos were marked with the time of their replacement and are swept later.

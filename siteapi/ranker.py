@@ -58,9 +58,10 @@ MODEL_NAME = "minilm-l6-v2-int8"
 # their centroid (what the whole page is about) and with its closest passage (the one paragraph that
 # answers). Chosen among 23 representations by `bench/bench_ask.py --variants` on a development set
 # of 92 questions written without sight of the evaluation set or the ranker, by a rule fixed before
-# any variant was scored on that set: this one scored highest there (top-1 0.75, MRR@10 0.832; the centroid of
-# "title. description" and body passages before it: 0.72, 0.808). Max-sim alone, softmax pooling,
-# SIF weights, centring, whitening, hubness correction and pseudo-relevance feedback scored lower.
+# any variant was scored on that set: this one scored highest there (top-1 0.75, MRR@10 0.832; the
+# centroid of "title. description" and body passages before it: 0.72, 0.808). Max-sim alone,
+# softmax pooling, SIF weights, centring, whitening, hubness correction and pseudo-relevance
+# feedback scored lower.
 PAGE_REPRESENTATION = f"{MODEL_NAME}/passages-v2"
 MAX_SIM_WEIGHT = 0.3
 DIM = 384
