@@ -40,6 +40,7 @@ NR = {0: 0x000, 1: 0x180, 2: 0x100, 3: 0x1C0, 4: 0x1E0, -1: 0x280, -2: 0x200, -3
 STRENGTH = {"Off": 0, "Weak": 32, "Strong": 64}
 SIZE = {"Off": 0, "Small": 16, "Large": 32}
 WB_AUTO, WB_DAYLIGHT, WB_SHADE, WB_KELVIN = 0x000, 0x100, 0x200, 0xFF0
+DEFAULT_COUNT = 24
 
 
 @dataclass(frozen=True)
@@ -282,18 +283,38 @@ def _put(path: Path, payload: bytes) -> None:
     db.replace_synced(temp, path)
 
 
-def generate(folder: str | Path, count: int = 24) -> list[Path]:
+def _demos(count: int):
+    """The `count` demos of a set, with their index: the hand-written ones, then variants of them."""
+    for index in range(count):
+        demo = DEMOS[index % len(DEMOS)]
+        yield index, (demo if index < len(DEMOS) else _variant(demo, index // len(DEMOS)))
+
+
+def file_names(count: int = DEFAULT_COUNT) -> set[str]:
+    """The names of the files `generate(folder, count)` writes (photos and sidecar captions)."""
+    return {name for _, demo in _demos(count)
+            for name in (f"{demo.stem}.jpg", f"{demo.stem}.txt" if demo.caption_in == "sidecar" and demo.caption else None)
+            if name}
+
+
+def unfinished(folder: str | Path, count: int = DEFAULT_COUNT) -> bool:
+    """True when `folder` holds part of the demo set and nothing else: a first run stopped while it
+    generated the set. A folder holding any other file is the owner's and is never added to."""
+    present = {p.name for p in Path(folder).iterdir() if not p.name.startswith(".")}
+    expected = file_names(count)
+    return bool(present) and present < expected
+
+
+def generate(folder: str | Path, count: int = DEFAULT_COUNT) -> list[Path]:
     """Write `count` demo JPEGs (and their sidecar captions) into `folder`; returns the JPEG paths.
 
-    Deterministic: the same count gives byte-identical files, so a re-ingest finds nothing changed.
+    Deterministic: the same count gives byte-identical files, so a re-ingest finds nothing changed
+    (and completing a set a stopped run left unfinished rewrites its photos as they were).
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for index in range(count):
-        demo = DEMOS[index % len(DEMOS)]
-        if index >= len(DEMOS):
-            demo = _variant(demo, index // len(DEMOS))
+    for index, demo in _demos(count):
         path = folder / f"{demo.stem}.jpg"
         # Each file whole under its name or not there (a first `make run` stopped midway leaves no
         # half photo for the ingest to refuse); the caption before its photo.
@@ -306,9 +327,9 @@ def generate(folder: str | Path, count: int = 24) -> list[Path]:
 
 def main(argv: list[str]) -> int:
     if not argv or len(argv) > 2 or (len(argv) == 2 and not argv[1].isdigit()):
-        print("usage: python -m siteapi.demo_photos FOLDER [COUNT]  (COUNT defaults to 24)", file=sys.stderr)
+        print(f"usage: python -m siteapi.demo_photos FOLDER [COUNT]  (COUNT defaults to {DEFAULT_COUNT})", file=sys.stderr)
         return 2
-    paths = generate(argv[0], int(argv[1]) if len(argv) == 2 else 24)
+    paths = generate(argv[0], int(argv[1]) if len(argv) == 2 else DEFAULT_COUNT)
     print(f"wrote {len(paths)} demo photos to {argv[0]}")
     return 0
 

@@ -46,13 +46,16 @@ def datasette_command(db_path: Path, port: int) -> list[str]:
 
 def first_run(settings) -> None:
     """Build what a fresh clone lacks: the demo photo originals, the page index, the photo archive."""
-    if not settings.photos_dir.exists() or not any(settings.photos_dir.iterdir()):
-        print(f"First run: generating the demo photos in {settings.photos_dir} ...", flush=True)
-        demo_photos.generate(settings.photos_dir)
+    folder = settings.photos_dir
+    # An unfinished demo set is a first run stopped while generating it: generating again completes it.
+    generated = not folder.exists() or not any(folder.iterdir()) or demo_photos.unfinished(folder)
+    if generated:
+        print(f"First run: generating the demo photos in {folder} ...", flush=True)
+        demo_photos.generate(folder)
     conn = db.writer(settings.db_path)
     try:
         missing = [table for table in ("pages", "photos")
-                   if conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0]
+                   if conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0 or (table == "photos" and generated)]
     finally:
         conn.close()
     for table, job in (("pages", "content"), ("photos", "photos")):

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import errno
 import os
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from conftest import ROOT, make_settings
-from siteapi import db, demo_photos, ingest
+from siteapi import db, demo_photos, ingest, stack
 
 
 def record_syncs_and_renames(monkeypatch) -> list[tuple]:
@@ -88,9 +89,11 @@ except OSError as exc:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_demo_photos_generated_by_a_first_run_stopped_midway_are_each_whole(tmp_path):
+def test_demo_photos_generated_by_a_first_run_stopped_midway_are_each_whole_and_the_next_start_completes_them(
+        tmp_path, monkeypatch):
     """`make run` killed while it generates the demo photos: the photos there are whole (no half
-    file for the ingest to refuse), and the ingest reads every one of them."""
+    file for the ingest to refuse), the ingest reads every one of them, and the next `make run`
+    generates the rest of the set."""
     settings = make_settings(tmp_path)
     paused = tmp_path / "paused"
     code = f"""
@@ -104,7 +107,7 @@ def stopping(src, dst, *args, **kwargs):
     return replace(src, dst, *args, **kwargs)
 os.replace = stopping
 from siteapi import demo_photos
-demo_photos.generate({str(settings.photos_dir)!r}, count=6)
+demo_photos.generate({str(settings.photos_dir)!r})
 """
     child = subprocess.Popen([sys.executable, "-c", code])
     try:
@@ -120,3 +123,24 @@ demo_photos.generate({str(settings.photos_dir)!r}, count=6)
     photos = sorted(p.name for p in settings.photos_dir.glob("*.jpg"))
     assert photos == ["DSCF0101.jpg", "DSCF0102.jpg", "DSCF0103.jpg"]
     assert ingest.run_photos(settings).startswith("added 3, updated 0, removed 0, failed 0;")
+
+    assert demo_photos.unfinished(settings.photos_dir)
+    for name, value in (("DB_PATH", settings.db_path), ("PHOTOS_DIR", settings.photos_dir),
+                        ("IMAGES_DIR", settings.images_dir), ("ACCESS_LOG", settings.access_log)):
+        monkeypatch.setenv(f"SITE_{name}", str(value))  # for the jobs first_run starts
+    stack.first_run(settings)
+    assert {p.name for p in settings.photos_dir.iterdir()} == demo_photos.file_names()
+    assert not demo_photos.unfinished(settings.photos_dir)
+    with sqlite3.connect(settings.db_path) as conn:
+        assert conn.execute("SELECT count(*) FROM photos").fetchone()[0] == demo_photos.DEFAULT_COUNT
+
+
+def test_a_photo_folder_holding_anything_but_part_of_the_demo_set_is_never_added_to(tmp_path):
+    folder = tmp_path / "originals"
+    demo_photos.generate(folder, count=2)
+    assert demo_photos.unfinished(folder)
+    (folder / "holiday.jpg").write_bytes((folder / "DSCF0101.jpg").read_bytes())
+    assert not demo_photos.unfinished(folder)
+    (folder / "holiday.jpg").unlink()
+    demo_photos.generate(folder)
+    assert not demo_photos.unfinished(folder)  # the whole set
