@@ -165,20 +165,18 @@ def print_addresses(ports: dict[str, int]) -> None:
     print("  jobs       scheduler running; Ctrl-C stops everything\n", flush=True)
 
 
-def watch(procs: dict[str, subprocess.Popen], db_path: Path, restart: Callable[[str], subprocess.Popen]) -> int:
-    """Until Ctrl-C or SIGTERM (0) or until one process stops (1). Datasette reads the file it
-    opened for its life, a deleted one too: when site.db is a new file with its pages (rebuilt,
-    or a backup moved into place), it is started again on it (`restart`)."""
-    served = db.identity_of(db_path)
+def watch(procs: dict[str, subprocess.Popen], restart: Callable[[str], subprocess.Popen]) -> int:
+    """Until Ctrl-C or SIGTERM (0) or until one process stops (1). Datasette exits with 75
+    (EX_TEMPFAIL) when site.db is a new file it should serve (plugins/follow_rebuild.py): it is
+    started again (`restart`), as systemd does."""
     try:
-        while all(p.poll() is None for p in procs.values()):
+        while True:
             time.sleep(0.5)
-            current = db.identity_of(db_path)
-            if current is not None and current != served and db.can_serve(db_path):
-                served = current
-                print("make run: site.db is a new file; Datasette starts again on it.", flush=True)
-                stop({"datasette": procs["datasette"]})
+            if procs["datasette"].poll() == os.EX_TEMPFAIL:
+                print("make run: Datasette starts again on the new site.db.", flush=True)
                 procs["datasette"] = restart("datasette")
+            elif any(p.poll() is not None for p in procs.values()):
+                break
     except KeyboardInterrupt:
         return 0
     dead = [name for name, p in procs.items() if p.poll() is not None]
@@ -213,7 +211,7 @@ def start() -> int:
             for name in commands:
                 procs[name] = launch(name)
             print_addresses(ports)
-            return watch(procs, settings.db_path, launch)
+            return watch(procs, launch)
         finally:
             stop(procs)
 

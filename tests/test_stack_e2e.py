@@ -32,6 +32,7 @@ from conftest import ROOT, Client
 from feeds_servers import USER_AGENTS, make_settings
 from servers import accepts, open_stream, read_until, running, serve_wsgi
 from siteapi import db, demo_photos, ingest, photos
+from siteapi.stack import datasette_command
 from siteapi.feeds.ledger import ledger, run_ledger
 
 CADDY = shutil.which("caddy")
@@ -237,7 +238,8 @@ def test_a_second_make_run_on_the_same_site_db_starts_nothing(stack):
 
 def test_datasette_starts_again_on_a_rebuilt_site_db(tmp_path):
     """Datasette reads the file it opened for its life, a deleted one too: make run starts it again
-    once site.db is a new file with its pages, so /data/ shows what the app shows."""
+    once site.db is a new file it may serve (it exits for that: plugins/follow_rebuild.py), so
+    /data/ shows what the app shows."""
     content = tmp_path / "content"
     shutil.copytree(ROOT / "content", content)
     ports = stack_ports()
@@ -253,9 +255,10 @@ def test_datasette_starts_again_on_a_rebuilt_site_db(tmp_path):
             (content / "pages" / "marker.md").write_text(
                 "---\ntitle: Datasette marker\nkind: page\npath: /datasette-marker\n---\nA page of the new file.\n")
             (tmp_path / "site.db").unlink()
-            rebuilt = subprocess.run([sys.executable, "jobs.py", "run", "content"], cwd=ROOT, env=env,
-                                     capture_output=True, text=True, timeout=120)
-            assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+            for job in ("content", "photos"):  # the old file had photos: the new one is served with its own
+                rebuilt = subprocess.run([sys.executable, "jobs.py", "run", job], cwd=ROOT, env=env,
+                                         capture_output=True, text=True, timeout=120)
+                assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
             deadline, seen = time.monotonic() + 60, None
             while seen != [1] and time.monotonic() < deadline:
                 with contextlib.suppress(requests.RequestException, ValueError):
@@ -265,7 +268,45 @@ def test_datasette_starts_again_on_a_rebuilt_site_db(tmp_path):
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=60)
-    assert "site.db is a new file; Datasette starts again on it." in (tmp_path / "stack.log").read_text()
+    assert "make run: Datasette starts again on the new site.db." in (tmp_path / "stack.log").read_text()
+
+
+def test_datasette_as_systemd_runs_it_exits_to_be_started_on_a_rebuilt_site_db(tmp_path):
+    """Under systemd no `make run` watches site.db: Datasette itself exits with 75, which
+    `Restart=on-failure` restarts, once the rebuilt file may stand in for the one it opened (its
+    pages, and its photos or an ended photos run, since the old file had photos)."""
+    env = stack_env(tmp_path, stack_ports())
+    demo_photos.generate(tmp_path / "originals", count=2)
+
+    def job(name: str) -> None:
+        done = subprocess.run([sys.executable, "jobs.py", "run", name], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    job("content")
+    job("photos")
+    port, log = free_port(), tmp_path / "datasette.log"
+    unit = (ROOT / "deploy" / "site-datasette.service").read_text()
+    assert "\nRestart=on-failure\n" in unit and "--plugins-dir plugins" in unit
+    with log.open("w") as out:
+        proc = subprocess.Popen(datasette_command(tmp_path / "site.db", port), cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/data/site/photos.json")
+        (tmp_path / "site.db").unlink()
+        job("content")  # a new file with its pages, no photos yet: not served in place of the old one
+        deadline = time.monotonic() + 60
+        while "with its pages but no photos yet" not in log.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        assert proc.poll() is None
+        job("photos")
+        assert proc.wait(timeout=60) == os.EX_TEMPFAIL, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert f"datasette: {tmp_path / 'site.db'} is a new file; exiting with status 75" in log.read_text()
+    assert "Traceback" not in log.read_text()
 
 
 def test_a_scheduler_already_running_on_the_site_db_starts_nothing(tmp_path):
