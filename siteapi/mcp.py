@@ -126,7 +126,8 @@ class McpServer:
         doc = openapi.load()
         self.info = {"name": settings.site_name, "title": f"{settings.site_name} MCP server",
                      "version": str(doc["info"]["version"]),
-                     "description": "The site's JSON API as tools (the lens as summaries), read-only but for the two snapshot tools, which store rows.",
+                     # Whole in the draft card too, which allows 100 characters.
+                     "description": "The site's JSON API as tools; read-only but for the two snapshot tools, which store rows.",
                      "websiteUrl": settings.url("/developers")}
         self.instructions = ("Read-only tools over the public API of a personal site: search and ask its pages, "
                              "query its photo archive, inspect public URLs (lens), and read its live feeds. "
@@ -368,7 +369,7 @@ class McpServer:
         host = self.settings.site_host
         return {"$schema": CARD_SCHEMA, "name": ".".join(reversed(host.split("."))) + "/site",
                 "version": self.info["version"], "title": self.info["title"],
-                "description": self.info["description"][:100], "websiteUrl": self.settings.url("/"),
+                "description": self.info["description"], "websiteUrl": self.settings.url("/"),
                 "remotes": [{"type": "streamable-http", "url": self.settings.url("/mcp"),
                              "supportedProtocolVersions": list(ALL_VERSIONS)}]}
 

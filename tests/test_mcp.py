@@ -419,7 +419,10 @@ def test_the_draft_server_card_has_cors_caching_and_an_etag(api, site_settings):
     assert body["remotes"][0] == {"type": "streamable-http", "url": site_settings.url("/mcp"),
                                   "supportedProtocolVersions": ["2024-11-05", "2025-03-26", "2025-06-18",
                                                                 "2025-11-25", MODERN]}
-    assert "/" in body["name"] and len(body["description"]) <= 100 and "tools" not in body
+    assert "/" in body["name"] and "tools" not in body
+    # SEP-2127 allows 100 characters: the sentence is whole, the one serverInfo gives
+    assert len(body["description"]) <= 100 and body["description"].endswith(".")
+    assert body["description"] == api.get("/.well-known/mcp/server-card.json").json()["serverInfo"]["description"]
     # weak, as every document's: the edge gzips the card and passes the ETag on, and a strong tag
     # would then name two different byte sequences
     etag = card.headers["ETag"]
