@@ -241,10 +241,12 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     def suggest(path):
         """The closest real pages to a path that names nothing (the routes alone when site.db is down)."""
         try:
-            known = [r["path"] for r in conn().execute("SELECT path FROM pages")]
+            known = {r["path"]: r["path"] for r in conn().execute("SELECT path FROM pages")}
         except sqlite3.Error:
-            known = []
-        known += [rule for rule, _ in site.routes if "<" not in rule]  # templates such as /images/<path> are no page
+            known = {}
+        # templates such as /images/<path> are no page; a route a plain GET is refused at (a
+        # required parameter, no GET) is suggested as its section of the guide
+        known.update((rule, openapi.get_target(rule)) for rule, _ in site.routes if "<" not in rule)
         return pages.suggest(path, known, settings.public_base_url)
 
     R = site.route

@@ -57,6 +57,19 @@ def api_operations(doc: dict):
     return [(path, method, op) for path, method, op in operations(doc) if "documents" not in op.get("tags", [])]
 
 
+def get_target(path: str) -> str:
+    """What a plain GET should ask for to reach route `path`: the path itself, or when the route
+    has no GET (/mcp) or requires a parameter (/search.json's q), its section of the guide. A route
+    the document does not list is a page."""
+    item = load()["paths"].get(path)
+    if item is None:
+        return path
+    op = item.get("get")
+    if op is not None and not any(p.get("required") for p in parameters(load(), op)):
+        return path
+    return f"/developers#{(op or next(item[m] for m in METHODS if m in item))['operationId']}"
+
+
 def api_endpoints() -> list[tuple[str, str, str]]:
     """(summary, target, note) per JSON API operation: a GET's example request (followed, it answers
     200, where the bare path may be a 400 for a missing parameter), another method's section of the

@@ -266,9 +266,10 @@ SUGGEST_CHARS = 200  # SequenceMatcher is quadratic: a 200 KB path held a reques
 # most of a path a 404 sentence repeats)
 
 
-def suggest(path: str, known: list[str], base_url: str, n: int = 3) -> list[str]:
-    """The closest real paths to `path`, by similarity of the whole path and of its last segment
-    (only their first SUGGEST_CHARS count: no real path is longer)."""
+def suggest(path: str, known: dict[str, str], base_url: str, n: int = 3) -> list[str]:
+    """The URLs of the closest real paths to `path` (`known`: each path and the request to give for
+    it), by similarity of the whole path and of its last segment (only their first SUGGEST_CHARS
+    count: no real path is longer)."""
     trimmed = path.rstrip("/").lower()
     wanted = (trimmed or "/")[:SUGGEST_CHARS]
     tail = trimmed.rsplit("/", 1)[-1][:SUGGEST_CHARS]
@@ -280,8 +281,10 @@ def suggest(path: str, known: list[str], base_url: str, n: int = 3) -> list[str]
 
     scores = {candidate: score(candidate) for candidate in known}
     ranked = sorted(known, key=lambda c: (-scores[c], c))
-    picks = [c for c in ranked if scores[c] >= 0.45][:n] or ["/", "/sitemap.xml"]
-    return [base_url + quote(p, safe=URL_SAFE) for p in picks]
+    picks = [known[c] for c in ranked if scores[c] >= 0.45][:n] or ["/", "/sitemap.xml"]
+    # a page's path is percent-encoded here, not the fragment that names a section of the guide
+    return [base_url + quote(target, safe=URL_SAFE) + mark + fragment
+            for target, mark, fragment in (p.partition("#") for p in picks)]
 
 
 def shown_path(path: str) -> str:

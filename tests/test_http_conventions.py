@@ -20,7 +20,7 @@ def test_unknown_json_path_is_a_json_404_with_suggestions(api):
     body = r.json()
     assert body["ok"] is False and body["code"] == "not_found" and body["status"] == 404
     assert "/serch.json" in body["error"] and body["hint"] and body["docs"].endswith("/developers")
-    assert body["suggestions"][0].endswith("/search.json")
+    assert body["suggestions"][0].endswith("/developers#searchSite")  # /search.json needs its q
     assert all(u.startswith("https://") for u in body["suggestions"])
 
 
@@ -217,10 +217,20 @@ def test_a_very_long_unknown_path_is_a_short_404(api):
     assert len(r.json()["error"]) < 300 and r.json()["error"].endswith("….")
 
 
-def test_suggestions_are_real_pages_never_route_templates(api):
-    for path in ("/imags/x.jpg", "/.well-known/agent-skill/x", "/rn/track"):
+def test_suggestions_are_real_pages_never_route_templates(api, site_settings):
+    """Each suggestion, followed with a plain GET, is answered, not refused (no 400, 404 or 405; a
+    feed without its data is a 503): never a route template, nor a route that needs a parameter
+    (/ask, /lens/compare.json) or has no GET (/mcp), whose guide sections are suggested instead."""
+    for path in ("/imags/x.jpg", "/.well-known/agent-skill/x", "/rn/track", "/api", "/nope.json", "/mcpp",
+                 "/lens/fetchh", "/lens/compare"):
         suggestions = api.get(path, headers={"Accept": "application/json"}).json()["suggestions"]
         assert suggestions and not any("<" in url for url in suggestions), (path, suggestions)
+        for url in suggestions:
+            page, _, section = url.removeprefix(site_settings.public_base_url).partition("#")
+            followed = api.get(page)
+            assert followed.status_code not in (400, 404, 405), (path, url, followed.status_code)
+            assert not section or f'id="{section}"' in followed.text, (path, url)
+    assert api.get("/mcpp", headers={"Accept": "application/json"}).json()["suggestions"][0].endswith("/developers#callMcp")
 
 
 @pytest.mark.parametrize("path, other", [("/search.json?q=carburetor", "/search.json?q=carburetor&limit=1"),
