@@ -8,9 +8,10 @@ or a photos run ended where the old file had photos), Datasette stops serving an
 75 (EX_TEMPFAIL) to be started again on it: by systemd (`Restart=on-failure`,
 deploy/site-datasette.service) and by `make run` (siteapi/stack.py `watch`).
 """
-import contextlib
+import atexit
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -26,26 +27,35 @@ replaced = threading.Event()
 
 @hookimpl
 def startup(datasette):
+    path = Path(next(d.path for d in datasette.databases.values() if d.path))
+    try:
+        served = db.connect(path, readonly=True)
+        # Read now: SQLite opens the -wal by name at a connection's first read, and after a rebuild
+        # that name is the new file's, which would make the old file look empty to the rule.
+        served.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as exc:
+        print(f"datasette: cannot follow {path} ({exc}); it is served until Datasette is started again.",
+              file=sys.stderr, flush=True)
+        return
     # A thread, not a task: `datasette serve` runs the startup hooks in a loop of their own, which
     # stops before uvicorn starts the one that serves.
-    path = Path(next(d.path for d in datasette.databases.values() if d.path))
-    threading.Thread(target=follow, args=(path,), name="follow-rebuild", daemon=True).start()
-    # uvicorn stops serving on SIGTERM after the requests under way, puts back the handler it found
-    # (this one) and raises the signal again: the exit status is chosen there.
+    threading.Thread(target=follow, args=(path, served), name="follow-rebuild", daemon=True).start()
+    # uvicorn (0.29 and later) stops serving on SIGTERM after the requests under way, puts back the
+    # handler it found (this one) and raises the signal again: the exit status is chosen there.
     signal.signal(signal.SIGTERM, after_serving)
 
 
-def follow(path: Path) -> None:
+def follow(path: Path, served: sqlite3.Connection) -> None:
     opened = db.identity_of(path)
-    with contextlib.closing(db.connect(path, readonly=True)) as served:
-        while True:
-            time.sleep(CHECK_S)
-            current = db.identity_of(path)
-            if current is not None and current != opened and db.can_serve(path, served):
-                break
+    while True:
+        time.sleep(CHECK_S)
+        current = db.identity_of(path)
+        if current is not None and current != opened and db.can_serve(path, served):
+            break
     print(f"datasette: {path} is a new file; exiting with status {os.EX_TEMPFAIL} to be started again on it.",
           file=sys.stderr, flush=True)
     replaced.set()
+    atexit.register(os._exit, os.EX_TEMPFAIL)  # the status where uvicorn does not raise the signal again
     os.kill(os.getpid(), signal.SIGTERM)
 
 

@@ -172,10 +172,11 @@ def watch(procs: dict[str, subprocess.Popen], restart: Callable[[str], subproces
     try:
         while True:
             time.sleep(0.5)
-            if procs["datasette"].poll() == os.EX_TEMPFAIL:
+            status = {name: p.poll() for name, p in procs.items()}  # once each: a process may end meanwhile
+            if status["datasette"] == os.EX_TEMPFAIL:
                 print("make run: Datasette starts again on the new site.db.", flush=True)
                 procs["datasette"] = restart("datasette")
-            elif any(p.poll() is not None for p in procs.values()):
+            elif any(code is not None for code in status.values()):
                 break
     except KeyboardInterrupt:
         return 0

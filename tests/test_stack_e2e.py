@@ -32,7 +32,7 @@ from conftest import ROOT, Client
 from feeds_servers import USER_AGENTS, make_settings
 from servers import accepts, open_stream, read_until, running, serve_wsgi
 from siteapi import db, demo_photos, ingest, photos
-from siteapi.stack import datasette_command
+from siteapi.stack import datasette_command, watch
 from siteapi.feeds.ledger import ledger, run_ledger
 
 CADDY = shutil.which("caddy")
@@ -284,6 +284,11 @@ def test_datasette_as_systemd_runs_it_exits_to_be_started_on_a_rebuilt_site_db(t
         assert done.returncode == 0, done.stdout + done.stderr
 
     job("content")
+    # A writer that stays (the scheduler holds site.db open): the photos stay in the old file's WAL,
+    # which SQLite finds by name, so a connection reading the old file for the first time after the
+    # rebuild would read the new file's WAL and find no photos there.
+    scheduler = db.writer(tmp_path / "site.db")
+    scheduler.execute("PRAGMA wal_autocheckpoint=0")
     job("photos")
     port, log = free_port(), tmp_path / "datasette.log"
     unit = (ROOT / "deploy" / "site-datasette.service").read_text()
@@ -303,10 +308,36 @@ def test_datasette_as_systemd_runs_it_exits_to_be_started_on_a_rebuilt_site_db(t
         job("photos")
         assert proc.wait(timeout=60) == os.EX_TEMPFAIL, log.read_text()
     finally:
+        scheduler.close()
         if proc.poll() is None:
             proc.kill()
     assert f"datasette: {tmp_path / 'site.db'} is a new file; exiting with status 75" in log.read_text()
     assert "Traceback" not in log.read_text()
+
+
+def test_make_run_restarts_a_datasette_that_exits_75_between_two_looks(monkeypatch):
+    """`watch` looks at each process once a round: Datasette ending with 75 just after it was seen
+    running is started again, not taken for a crash that stops the stack."""
+    monkeypatch.setattr("siteapi.stack.time.sleep", lambda seconds: None)
+
+    class Process:
+        def __init__(self, *statuses):
+            self.statuses = list(statuses)
+
+        def poll(self):
+            status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+            if isinstance(status, type) and issubclass(status, BaseException):
+                raise status  # Ctrl-C, to end the test's watch
+            return status
+
+    started = []
+
+    def restart(name):
+        started.append(name)
+        return Process(None, KeyboardInterrupt)
+
+    procs = {"app": Process(None), "datasette": Process(None, os.EX_TEMPFAIL), "jobs": Process(None)}
+    assert watch(procs, restart) == 0 and started == ["datasette"]
 
 
 def test_a_scheduler_already_running_on_the_site_db_starts_nothing(tmp_path):
