@@ -41,6 +41,7 @@ STRENGTH = {"Off": 0, "Weak": 32, "Strong": 64}
 SIZE = {"Off": 0, "Small": 16, "Large": 32}
 WB_AUTO, WB_DAYLIGHT, WB_SHADE, WB_KELVIN = 0x000, 0x100, 0x200, 0xFF0
 DEFAULT_COUNT = 24
+UNFINISHED = ".demo-set-unfinished"  # a dot name, which the ingest never reads; holds the set's count
 
 
 @dataclass(frozen=True)
@@ -290,29 +291,27 @@ def _demos(count: int):
         yield index, (demo if index < len(DEMOS) else _variant(demo, index // len(DEMOS)))
 
 
-def file_names(count: int = DEFAULT_COUNT) -> set[str]:
-    """The names of the files `generate(folder, count)` writes (photos and sidecar captions)."""
-    return {name for _, demo in _demos(count)
-            for name in (f"{demo.stem}.jpg", f"{demo.stem}.txt" if demo.caption_in == "sidecar" and demo.caption else None)
-            if name}
-
-
-def unfinished(folder: str | Path, count: int = DEFAULT_COUNT) -> bool:
-    """True when `folder` holds part of the demo set and nothing else: a first run stopped while it
-    generated the set. A folder holding any other file is the owner's and is never added to."""
-    present = {p.name for p in Path(folder).iterdir() if not p.name.startswith(".")}
-    expected = file_names(count)
-    return bool(present) and present < expected
+def unfinished(folder: str | Path) -> int | None:
+    """The count of a demo set whose generation in `folder` was stopped before its last photo (its
+    UNFINISHED mark is still there), or None. Only `generate` leaves the mark: a folder of the
+    owner's own photos, however they are named, or a set the owner trimmed, is never added to."""
+    try:
+        return int((Path(folder) / UNFINISHED).read_text(encoding="ascii"))
+    except (OSError, ValueError):
+        return None
 
 
 def generate(folder: str | Path, count: int = DEFAULT_COUNT) -> list[Path]:
     """Write `count` demo JPEGs (and their sidecar captions) into `folder`; returns the JPEG paths.
 
     Deterministic: the same count gives byte-identical files, so a re-ingest finds nothing changed
-    (and completing a set a stopped run left unfinished rewrites its photos as they were).
+    (and completing a set a stopped run left unfinished rewrites its photos as they were). The
+    UNFINISHED mark is there from before the first photo until after the last.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    mark = folder / UNFINISHED
+    _put(mark, str(count).encode("ascii"))
     paths = []
     for index, demo in _demos(count):
         path = folder / f"{demo.stem}.jpg"
@@ -322,6 +321,7 @@ def generate(folder: str | Path, count: int = DEFAULT_COUNT) -> list[Path]:
             _put(path.with_suffix(".txt"), (demo.caption + "\n").encode("utf-8"))
         _put(path, make_jpeg(demo, index))
         paths.append(path)
+    mark.unlink()
     return paths
 
 

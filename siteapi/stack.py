@@ -46,20 +46,25 @@ def datasette_command(db_path: Path, port: int) -> list[str]:
 
 def first_run(settings) -> None:
     """Build what a fresh clone lacks: the demo photo originals, the page index, the photo archive."""
-    folder = settings.photos_dir
-    # An unfinished demo set is a first run stopped while generating it: generating again completes it.
-    generated = not folder.exists() or not any(folder.iterdir()) or demo_photos.unfinished(folder)
-    if generated:
-        print(f"First run: generating the demo photos in {folder} ...", flush=True)
-        demo_photos.generate(folder)
     conn = db.writer(settings.db_path)
     try:
-        missing = [table for table in ("pages", "photos")
-                   if conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0 or (table == "photos" and generated)]
+        empty = {table for table in ("pages", "photos")
+                 if conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0}
     finally:
         conn.close()
+    folder = settings.photos_dir
+    has_files = folder.exists() and any(folder.iterdir())
+    stopped = demo_photos.unfinished(folder)  # the count of a set a first run stopped making
+    # An empty folder beside an archive with photos is the owner's, unmounted: no demo set there.
+    generate = stopped is not None or (not has_files and "photos" in empty)
+    if generate:
+        print(f"First run: generating the demo photos in {folder} ...", flush=True)
+        demo_photos.generate(folder, stopped or demo_photos.DEFAULT_COUNT)
+    elif not has_files:
+        print(f"make run: {folder} is empty while the archive has photos (originals not mounted?); "
+              f"no demo photos are made there.", flush=True)
     for table, job in (("pages", "content"), ("photos", "photos")):
-        if table in missing:
+        if table in empty or (table == "photos" and generate):
             print(f"First run: python jobs.py run {job} ...", flush=True)
             subprocess.run([sys.executable, "jobs.py", "run", job], cwd=ROOT, check=False)
 

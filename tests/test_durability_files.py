@@ -124,23 +124,60 @@ demo_photos.generate({str(settings.photos_dir)!r})
     assert photos == ["DSCF0101.jpg", "DSCF0102.jpg", "DSCF0103.jpg"]
     assert ingest.run_photos(settings).startswith("added 3, updated 0, removed 0, failed 0;")
 
-    assert demo_photos.unfinished(settings.photos_dir)
-    for name, value in (("DB_PATH", settings.db_path), ("PHOTOS_DIR", settings.photos_dir),
-                        ("IMAGES_DIR", settings.images_dir), ("ACCESS_LOG", settings.access_log)):
-        monkeypatch.setenv(f"SITE_{name}", str(value))  # for the jobs first_run starts
+    assert demo_photos.unfinished(settings.photos_dir) == demo_photos.DEFAULT_COUNT
+    site_environment(monkeypatch, settings)
     stack.first_run(settings)
-    assert {p.name for p in settings.photos_dir.iterdir()} == demo_photos.file_names()
-    assert not demo_photos.unfinished(settings.photos_dir)
+    assert len(list(settings.photos_dir.glob("*.jpg"))) == demo_photos.DEFAULT_COUNT
+    assert demo_photos.unfinished(settings.photos_dir) is None
+    assert not (settings.photos_dir / demo_photos.UNFINISHED).exists()
     with sqlite3.connect(settings.db_path) as conn:
         assert conn.execute("SELECT count(*) FROM photos").fetchone()[0] == demo_photos.DEFAULT_COUNT
 
 
-def test_a_photo_folder_holding_anything_but_part_of_the_demo_set_is_never_added_to(tmp_path):
-    folder = tmp_path / "originals"
-    demo_photos.generate(folder, count=2)
-    assert demo_photos.unfinished(folder)
-    (folder / "holiday.jpg").write_bytes((folder / "DSCF0101.jpg").read_bytes())
-    assert not demo_photos.unfinished(folder)
-    (folder / "holiday.jpg").unlink()
-    demo_photos.generate(folder)
-    assert not demo_photos.unfinished(folder)  # the whole set
+def site_environment(monkeypatch, settings) -> None:
+    """The settings' paths in the environment, for the jobs `first_run` starts."""
+    for name, value in (("DB_PATH", settings.db_path), ("PHOTOS_DIR", settings.photos_dir),
+                        ("IMAGES_DIR", settings.images_dir), ("ACCESS_LOG", settings.access_log)):
+        monkeypatch.setenv(f"SITE_{name}", str(value))
+
+
+def test_only_a_demo_set_whose_generation_was_stopped_is_completed(tmp_path):
+    """The owner's own photos (a Fujifilm names its files DSCF0101.jpg too) and a demo set the owner
+    trimmed are never added to; a generation stopped before its first photo is completed."""
+    owners = tmp_path / "owners"
+    demo_photos.generate(tmp_path / "scratch", count=2)
+    owners.mkdir()
+    for name in ("DSCF0101.jpg", "DSCF0105.jpg"):
+        (owners / name).write_bytes((tmp_path / "scratch" / "DSCF0101.jpg").read_bytes())
+    assert demo_photos.unfinished(owners) is None
+    trimmed = tmp_path / "trimmed"
+    demo_photos.generate(trimmed, count=6)
+    for photo in sorted(trimmed.glob("*.jpg"))[3:]:
+        photo.unlink()
+    assert demo_photos.unfinished(trimmed) is None
+    stopped = tmp_path / "stopped"  # the mark written, the first photo not yet under its name
+    stopped.mkdir()
+    (stopped / demo_photos.UNFINISHED).write_text("6")
+    (stopped / ".DSCF0101.jpg.tmp").write_bytes(b"half a photo")
+    assert demo_photos.unfinished(stopped) == 6
+    demo_photos.generate(stopped, demo_photos.unfinished(stopped))
+    assert len(list(stopped.glob("*.jpg"))) == 6 and demo_photos.unfinished(stopped) is None
+
+
+def test_an_empty_photo_folder_beside_an_archive_with_photos_gets_no_demo_set(tmp_path, monkeypatch, capsys):
+    """The owner's originals drive not mounted under make run: the archive keeps its photos."""
+    settings = make_settings(tmp_path)
+    demo_photos.generate(settings.photos_dir, count=2)
+    assert ingest.run_photos(settings).startswith("added 2,")
+    with db.transaction(conn := db.writer(settings.db_path)):
+        conn.execute("INSERT INTO pages(path, title, description, kind, body, text, hash, source, tags) "
+                     "VALUES ('/', 'Home', '', 'page', '', '', 'h', 'index.md', '[]')")
+    conn.close()
+    for photo in settings.photos_dir.iterdir():
+        photo.unlink()
+    site_environment(monkeypatch, settings)
+    stack.first_run(settings)
+    assert list(settings.photos_dir.iterdir()) == []
+    assert "is empty while the archive has photos" in capsys.readouterr().out
+    with sqlite3.connect(settings.db_path) as check:
+        assert check.execute("SELECT count(*) FROM photos").fetchone()[0] == 2
