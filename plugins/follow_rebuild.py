@@ -33,10 +33,10 @@ def startup(datasette):
         # Read now: SQLite opens the -wal by name at a connection's first read, and after a rebuild
         # that name is the new file's, which would make the old file look empty to the rule.
         served.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error as exc:
-        print(f"datasette: cannot follow {path} ({exc}); it is served until Datasette is started again.",
+    except sqlite3.Error as exc:  # deleted since Datasette opened it: a rebuild is coming
+        print(f"datasette: cannot open {path} ({exc}); exiting with status {os.EX_TEMPFAIL} to be started again.",
               file=sys.stderr, flush=True)
-        return
+        os._exit(os.EX_TEMPFAIL)
     # A thread, not a task: `datasette serve` runs the startup hooks in a loop of their own, which
     # stops before uvicorn starts the one that serves.
     threading.Thread(target=follow, args=(path, served), name="follow-rebuild", daemon=True).start()

@@ -315,6 +315,26 @@ def test_datasette_as_systemd_runs_it_exits_to_be_started_on_a_rebuilt_site_db(t
     assert "Traceback" not in log.read_text()
 
 
+def test_datasette_whose_site_db_is_gone_by_its_startup_exits_75_to_be_started_again(tmp_path):
+    """site.db deleted between Datasette's check of its arguments and the plugins' startup (systemd
+    restarts it while the jobs rebuild): it leaves with 75, not serving a file it cannot follow."""
+    script = f"""
+import importlib.util, sys
+sys.path.insert(0, {str(ROOT)!r})
+spec = importlib.util.spec_from_file_location("follow_rebuild", {str(ROOT / "plugins" / "follow_rebuild.py")!r})
+plugin = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(plugin)
+class Database:
+    path = {str(tmp_path / "gone" / "site.db")!r}
+class Datasette:
+    databases = {{"site": Database()}}
+plugin.startup(Datasette())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == os.EX_TEMPFAIL, done.stdout + done.stderr
+    assert "cannot open" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_make_run_restarts_a_datasette_that_exits_75_between_two_looks(monkeypatch):
     """`watch` looks at each process once a round: Datasette ending with 75 just after it was seen
     running is started again, not taken for a crash that stops the stack."""
