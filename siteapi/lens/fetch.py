@@ -195,7 +195,7 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 # `name:` without `//` names a scheme (mailto:, data:, tel:) unless a port follows (localhost:8080);
 # a name with a dot is a host (example.com:8080)
 _BARE_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+-]*):(?!\d{1,5}(?:[/?#]|$))")
-_SCHEME_REFUSED = "Only http and https URLs can be inspected, not {}:."
+_SCHEME_REFUSED = "Only http and https URLs can be inspected, not {}:; send one such as https://example.com/."
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
 _UNDERSCORED_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
@@ -225,7 +225,8 @@ def parse_target(raw: str, policy: AddressPolicy = PRODUCTION_POLICY) -> Target:
     try:
         port = parts.port
     except ValueError:
-        raise FetchRefused("The URL's port is not a number between 1 and 65535.") from None
+        raise FetchRefused("The URL's port is not a number from 1 to 65535; leave the port out (only 80 and 443 are "
+                           "inspected).") from None
     if port is None:
         port = 443 if scheme == "https" else 80
     if not policy.port_allowed(port):
@@ -261,6 +262,10 @@ def _ascii_name(name: str) -> str:
     return ascii_name
 
 
+_NOT_A_NAME = ("The host name is not a valid internet name (labels of letters, digits and hyphens between dots); "
+               "send a name such as example.com.")
+
+
 def _normalise_host(hostname: str, netloc: str) -> tuple[str, bool]:
     if not hostname:
         raise FetchRefused("The URL has no host name; send a full address such as https://example.com/.")
@@ -270,12 +275,12 @@ def _normalise_host(hostname: str, netloc: str) -> tuple[str, bool]:
         try:
             return str(ipaddress.IPv6Address(hostname)), True
         except ValueError:
-            raise FetchRefused("The URL's IPv6 address is not valid.") from None
+            raise FetchRefused("The URL's IPv6 address is not valid; write it in brackets, such as https://[2606:4700::1]/.") from None
     try:
         # Mapped first: full-width digits and ideographic dots (１２７。０.０.１) spell addresses too.
         name = idna.uts46_remap(hostname, std3_rules=False).rstrip(".")
     except (idna.IDNAError, UnicodeError, ValueError):
-        raise FetchRefused("The host name is not a valid internet name.") from None
+        raise FetchRefused(_NOT_A_NAME) from None
     try:
         return str(ipaddress.IPv4Address(name)), True
     except ValueError:
@@ -286,7 +291,7 @@ def _normalise_host(hostname: str, netloc: str) -> tuple[str, bool]:
     try:
         ascii_name = _ascii_name(name)
     except (idna.IDNAError, UnicodeError, ValueError):
-        raise FetchRefused("The host name is not a valid internet name.") from None
+        raise FetchRefused(_NOT_A_NAME) from None
     for suffix in DENIED_NAME_SUFFIXES:
         if ascii_name == suffix or ascii_name.endswith("." + suffix):
             raise FetchRefused(f"Names under .{suffix} are private and are not inspected; send a public host.")
