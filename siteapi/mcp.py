@@ -320,8 +320,7 @@ class McpServer:
         if message is not None:
             if version < ARGUMENT_ERRORS_AS_RESULTS:
                 raise RpcError(INVALID_PARAMS, message, {"inputSchema": tool.input_schema})
-            return {"content": [{"type": "text", "text": message + " The tool's inputSchema lists what it takes."}],
-                    "isError": True}
+            return {"content": [{"type": "text", "text": message}], "isError": True}
         try:
             outcome = tool.run(arguments, caller())
         except Exception:
@@ -352,7 +351,10 @@ class McpServer:
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path) or "arguments"
-        return f"Invalid arguments for {name} at {where}: {error.message[:300]}"
+        schema = self.tools[name].input_schema
+        names = [f"{arg} (required)" if arg in schema.get("required", ()) else arg for arg in schema.get("properties", {})]
+        takes = f"{name} takes {', '.join(names)}" if names else f"{name} takes no arguments"
+        return f"Invalid arguments for {name} at {where}: {error.message[:300]}. {takes}."
 
     # -- server cards ----------------------------------------------------------------------------
     def scanner_card(self) -> dict:

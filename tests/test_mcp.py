@@ -167,6 +167,14 @@ def test_from_2025_11_25_bad_arguments_are_a_result_a_model_can_read(api):
     assert error_code(tool_call(api, "no_such_tool", {}, version="2025-11-25")) == -32602  # still a protocol error
 
 
+def test_a_wrong_argument_name_is_told_the_names_the_tool_takes(api):
+    """/ask's `query` sent to search_site, whose argument is `q`: the sentence names what it takes."""
+    for version in ("2025-06-18", "2025-11-25"):
+        answer = tool_call(api, "search_site", {"query": "carburetor"}, version=version).json()
+        text = answer["error"]["message"] if "error" in answer else answer["result"]["content"][0]["text"]
+        assert "'query' was unexpected" in text and text.endswith("search_site takes q (required), limit."), text
+
+
 @pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25"])
 def test_tools_clamp_and_truncate_what_their_endpoints_clamp_and_truncate(api, version):
     """The bounds in an endpoint tool's inputSchema document the endpoint; out-of-range values are
