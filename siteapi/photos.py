@@ -123,13 +123,14 @@ def _date_param(params: dict, name: str) -> str:
     value = _text_param(params, name)
     if not value:
         return ""
+    if not _DATE.fullmatch(value):
+        raise ApiError(400, f"Parameter {name} must be a date written YYYY-MM-DD, such as 2024-05-31; "
+                            f"{value!r} is not one.", code="invalid_parameter", parameter=name)
     try:
-        if not _DATE.fullmatch(value):
-            raise ValueError
         date.fromisoformat(value)
     except ValueError:
-        raise ApiError(400, f"Parameter {name} must be a date written YYYY-MM-DD, such as 2024-05-31; "
-                            f"{value!r} is not one.", code="invalid_parameter", parameter=name) from None
+        raise ApiError(400, f"Parameter {name} is written YYYY-MM-DD but {value} is no day of the calendar; "
+                            f"send a real date, such as 2024-05-31.", code="invalid_parameter", parameter=name) from None
     return value
 
 

@@ -108,6 +108,14 @@ def test_compare_and_its_budget(lens_api, sites):
     missing = lens_api.get("/lens/compare.json", params={"left": sites.url("blog.test")},
                            headers={"X-Forwarded-For": "198.51.100.20"})
     assert missing.status_code == 400 and missing.json()["parameter"] == "right"
+    neither = lens_api.get("/lens/compare.json", headers={"X-Forwarded-For": "198.51.100.21"}).json()
+    assert neither["parameter"] == "left" and "both addresses" in neither["error"] and "right=" in neither["error"]
+    refused = lens_api.get("/lens/compare.json", params={"left": "ftp://example.com/", "right": "example.org"},
+                           headers={"X-Forwarded-For": "198.51.100.21"}).json()["error"]
+    assert refused.startswith("The left URL is refused: only http and https URLs"), refused
+    refused = lens_api.get("/lens/compare.json", params={"left": "http://u:p@example.com/", "right": "example.org"},
+                           headers={"X-Forwarded-For": "198.51.100.22"}).json()["error"]
+    assert refused.startswith("The left URL is refused: URLs with credentials"), refused
     codes = [lens_api.get("/lens/compare.json", params={"left": "x", "right": ""},
                           headers={"X-Forwarded-For": "198.51.100.20"}).status_code for _ in range(3)]
     assert codes == [400, 400, 429]

@@ -141,6 +141,8 @@ def test_bad_dates_are_400_naming_the_parameter(env, name, value):
     assert answer.status_code == 400
     assert answer.json()["parameter"] == name
     assert name in answer.json()["error"] and "YYYY-MM-DD" in answer.json()["error"]
+    # a date written right that is no day of the calendar is told so, not that it is written wrong
+    assert ("no day of the calendar" in answer.json()["error"]) == (value in ("2024-13-45", "2024-02-30"))
 
 
 def test_text_filters_are_truncated_to_120_characters(env):

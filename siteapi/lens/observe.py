@@ -27,7 +27,10 @@ def checked(url: str | None, fetcher: Fetcher, parameter: str = "url", side: str
     try:
         return fetcher.check(str(url))
     except FetchRefused as refused:
-        sentence = f"The {side} URL is refused: {refused}" if side else str(refused)
+        reason = str(refused)
+        if side:  # within a sentence: "the URL ...", but "URLs with credentials ..." as it is
+            reason = reason[0].lower() + reason[1:] if reason[1:2].islower() else reason
+        sentence = f"The {side} URL is refused: {reason}" if side else reason
         raise ApiError(400, sentence, code="url_refused", ok=False, **where) from None
 
 

@@ -299,6 +299,10 @@ def compare(left: str | None, right: str | None, settings, fetcher: Fetcher | No
     the side refused, 429 the side whose target's budget is spent, 502 the side that failed."""
     fetcher = fetcher or fetcher_from_settings(settings)
     urls = {"left": left, "right": right}
+    if not any(value and str(value).strip() for value in urls.values()):
+        raise ApiError(400, "Send both addresses to compare, as left and right, for example "
+                       "left=https://example.com/&right=https://example.org/.", code="missing_url", ok=False,
+                       parameter="left")
     checked = {side: observe.checked(value, fetcher, parameter=side, side=side) for side, value in urls.items()}
     # Both sides spend before either fetches, so that a refusal comes before any request.
     fetchers = {}
