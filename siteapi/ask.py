@@ -167,9 +167,10 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
     sent = value("query") or ""
     question = search.clean(sent)
     if not question:
-        example = ('{"query": {"text": "how do I rebuild a carburetor"}}' if dialect == "0.55"
+        in_body = dialect == "0.55" or (method == "POST" and "form" not in (content_type or ""))
+        example = ('{"query": {"text": "how do I rebuild a carburetor"}}' if in_body
                    else "/ask?query=how+do+I+rebuild+a+carburetor")
-        where = "query.text in the JSON body" if dialect == "0.55" else "the query parameter"
+        where = "query.text in the JSON body" if in_body else "the query parameter"
         problem = ("The question has no readable characters (only control, invisible or undecodable ones)"
                    if sent.strip() else "A question is required")
         raise _bad("query", f"{problem}: send it as UTF-8 text in {where}, e.g. {example}.", query_id)

@@ -164,6 +164,11 @@ def test_modes_and_sites_over_http(client):
     assert r.status_code == 400 and r.json()["parameter"] == "site"
     r = client.get("/ask")
     assert r.status_code == 400 and r.json()["parameter"] == "query"
+    assert "/ask?query=" in r.json()["error"]
+    for body in ({}, {"query": "  "}):  # a JSON POST without a question is shown the JSON body to send
+        r = client.post("/ask", json=body)
+        assert r.status_code == 400 and r.json()["parameter"] == "query"
+        assert '{"query": {"text": ' in r.json()["error"] and "?query=" not in r.json()["error"], r.text
 
 
 def test_the_21st_question_in_a_minute_is_ranked_lexically(client):
