@@ -334,6 +334,7 @@ def test_cloudflare_mode_sends_the_scanner_no_name_that_leads_inside(scanner, se
     with pytest.raises(ApiError) as unknown:
         cloudflare.level("https://nowhere.test/", conf, None, fetcher=site_fetcher(sites))
     assert unknown.value.status == 502 and "does not resolve" in unknown.value.body["error"]
+    assert "check its spelling" in unknown.value.body["error"]
     assert len(scanner.calls) == calls
 
 

@@ -519,7 +519,8 @@ class Fetcher:
             if not addresses:
                 if deadline <= time.monotonic():
                     raise _timed_out(budget_s)
-                raise FetchFailed(f"The name {target.host} does not resolve to an address.")
+                raise FetchFailed(f"The name {target.host} does not resolve to an address; check its spelling, or "
+                                  f"retry later if the site's DNS is down.")
         for address in addresses:  # every answer, so one public record cannot cover a private one
             reason = self.policy.refusal(address, target.port)
             if reason:
