@@ -157,14 +157,18 @@ def etag_matches(etag: str) -> bool:
     return etag in sent or "*" in sent
 
 
+_ONE_BYTE_RANGE = re.compile(r"bytes=\s*(?:(\d+)-(\d*)|-(\d+))", re.I)
+
+
 def range_applies(etag: str, modified: float) -> bool:
     """Whether a request's Range is served from a file of strong `etag` and mtime `modified`: one
     range only (several get the whole file, as RFC 9110 allows, where Bottle sent the first alone),
     and an If-Range that still names this version (its ETag, or its Last-Modified date), so that a
     download resumed across a change of the file gets the new file whole, not two versions spliced."""
     ranges = header("Range")
-    if not ranges or "," in ranges:
-        return False
+    one = _ONE_BYTE_RANGE.fullmatch(ranges.strip()) if ranges and "," not in ranges else None
+    if one is None or (one[2] and int(one[2]) < int(one[1])):
+        return False  # none, several, another unit or no valid range: the whole file (RFC 9110 14.2)
     validator = header("If-Range").strip()
     if not validator:
         return True

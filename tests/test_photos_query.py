@@ -419,6 +419,9 @@ def test_the_app_serves_images_as_the_edge_does(env):
         assert "Content-Range" not in whole.headers
     several = client.get(full, headers={"Range": "bytes=0-1,5-6"})
     assert several.status_code == 200 and several.content == first.content
+    for unread in ("items=0-5", "bytes=abc", "bytes=5-2"):  # another unit, no valid range: ignored
+        ignored = client.get(full, headers={"Range": unread})
+        assert ignored.status_code == 200 and ignored.content == first.content, unread
     past = client.get(full, headers={"Range": "bytes=999999999-", "Accept": "application/json"})
     assert past.status_code == 416 and past.json()["code"] == "range_not_satisfiable"
     assert past.headers["Content-Range"] == f"bytes */{len(first.content)}"
