@@ -173,7 +173,8 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
         where = "query.text in the JSON body" if in_body else "the query parameter"
         problem = ("The question has no readable characters (only control, invisible or undecodable ones)"
                    if sent.strip() else "A question is required")
-        raise _bad("query", f"{problem}: send it as UTF-8 text in {where}, e.g. {example}.", query_id)
+        other = " (q is /search.json's parameter; /ask reads query)" if "q" in params and not sent else ""
+        raise _bad("query", f"{problem}: send it as UTF-8 text in {where}, e.g. {example}{other}.", query_id)
 
     mode = str(value("mode") or "list").strip().lower()
     if mode in MODES_UNSERVED:

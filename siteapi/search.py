@@ -155,7 +155,8 @@ def search_endpoint(conn: sqlite3.Connection, params, base_url: str) -> Reply:
     q = clean(sent)
     if not q:
         problem = "has no readable characters (only control, invisible or undecodable ones)" if sent.strip() else "is required"
+        other = " (query is /ask's parameter; this endpoint reads q)" if "query" in params and not sent else ""
         raise ApiError(400, f"Parameter q {problem}: send the words to search for as UTF-8 text, e.g. "
-                       "/search.json?q=carburetor.", code="missing_parameter", parameter="q")
+                       f"/search.json?q=carburetor{other}.", code="missing_parameter", parameter="q")
     limit = clamp_int(params.get("limit"), 20, 1, 50)
     return cached_json(conn, ("search", q, limit, base_url), lambda: search(conn, q, limit, base_url))

@@ -165,6 +165,10 @@ def test_modes_and_sites_over_http(client):
     r = client.get("/ask")
     assert r.status_code == 400 and r.json()["parameter"] == "query"
     assert "/ask?query=" in r.json()["error"]
+    r = client.get("/ask", params={"q": "carburetor"})  # /search.json's parameter name
+    assert r.status_code == 400 and "/ask reads query" in r.json()["error"]
+    r = client.get("/search.json", params={"query": "carburetor"})  # and the other way round
+    assert r.status_code == 400 and "this endpoint reads q" in r.json()["error"]
     r = client.post("/ask", json={"query": "bike", "streaming": 0})  # the query string's 0, as a JSON number
     assert r.status_code == 400 and r.json()["parameter"] == "streaming" and "send false" in r.json()["error"]
     for body in ({}, {"query": "  "}):  # a JSON POST without a question is shown the JSON body to send
