@@ -145,6 +145,13 @@ def test_bad_dates_are_400_naming_the_parameter(env, name, value):
     assert ("no day of the calendar" in answer.json()["error"]) == (value in ("2024-13-45", "2024-02-30"))
 
 
+def test_a_parameter_sent_twice_is_read_from_its_first_value(env):
+    """As the OpenAPI document says, for every endpoint: /photos/query.json echoes what it read."""
+    answer = env[2].get("/photos/query.json?q=harbour&q=beach&camera=&camera=X100VI")
+    assert answer.status_code == 200 and answer.json()["query"]["q"] == "harbour"
+    assert answer.json()["query"]["camera"] == ""
+
+
 def test_text_filters_are_truncated_to_120_characters(env):
     body = run(env, camera="X" * 200, q="beach " * 40)
     assert len(body["query"]["camera"]) == 120 and len(body["query"]["q"]) == 120
