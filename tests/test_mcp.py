@@ -137,7 +137,9 @@ def test_a_lone_surrogate_in_an_argument_is_answered(api, name, arguments):
 def test_a_failing_endpoint_is_a_tool_error_with_its_sentence(api):
     result = tool_call(api, "search_site", {"q": "   "}).json()["result"]
     assert result["isError"] is True and "structuredContent" not in result
-    assert result["content"][0]["text"] == api.get("/search.json?q=%20%20%20").json()["error"]
+    # the endpoint's sentence, naming the argument at fault and saying its examples are HTTP requests
+    sentence = api.get("/search.json?q=%20%20%20").json()["error"]
+    assert result["content"][0]["text"].startswith(f"Argument 'q': {sentence} (Examples are written as the HTTP")
 
 
 @pytest.mark.parametrize("params, fragment", [
@@ -569,7 +571,7 @@ def test_a_failing_tool_gives_the_endpoints_whole_error_after_its_sentence(api):
     failed = tool_call(api, "search_site", {"q": "   "}).json()["result"]
     assert failed["isError"] is True and len(failed["content"]) == 2
     details = json.loads(failed["content"][1]["text"])
-    assert details["error"] == failed["content"][0]["text"] and details["parameter"] == "q"
+    assert failed["content"][0]["text"].startswith(f"Argument 'q': {details['error']}") and details["parameter"] == "q"
 
 
 @pytest.mark.parametrize("profiles", [[{"a": 1}], [["browser"]], [{str(k): 0 for k in range(1500)} | {"x": i} for i in range(64)]])
