@@ -25,7 +25,7 @@ from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter, lens_target_budget, lens_work_slots
 from siteapi.search import search_endpoint
 from siteapi.web import (DOC_CACHE, ERROR_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller,
-                         etag_matches, header, params, range_applies, wants_markdown, with_etag)
+                         etag_matches, header, params, served_range, wants_markdown, with_etag)
 
 
 RESUME_CACHE = "public, max-age=0, must-revalidate, s-maxage=86400"  # REFERENCE: all three resume forms
@@ -111,8 +111,10 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         except OSError:
             raise missing from None
         etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
-        if not range_applies(etag, stat.st_mtime):
+        if (served := served_range(etag, stat.st_mtime)) is None:
             bottle.request.environ.pop("HTTP_RANGE", None)
+        else:
+            bottle.request.environ["HTTP_RANGE"] = served
         found = bottle.static_file(path, root=str(settings.images_dir), etag=False)  # Bottle's own ETag is unquoted
         if found.status_code >= 400 and found.status_code != 416:
             raise missing

@@ -281,8 +281,8 @@ def _legacy_body_fields(data: dict, query_id: str) -> dict:
         fields[key] = _typed(data, key, (str,), key, query_id)
     streaming = data.get("streaming")
     if isinstance(streaming, (int, float)) and not isinstance(streaming, bool):  # the query string's 0, as a number
-        raise _bad("streaming", f"Field streaming must be true or false (or a string such as \"0\"), not "
-                   f"{json.dumps(streaming)[:20]}; send false for one JSON body.", query_id)
+        raise _bad("streaming", "Field streaming must be true or false (or a string such as \"0\"), not a number; "
+                   "send false for one JSON body, true for the event stream.", query_id)
     fields["streaming"] = _typed(data, "streaming", (bool, str), "streaming", query_id)
     for key in ("top_k", "limit"):
         fields[key] = _typed(data, key, (int, str), key, query_id)

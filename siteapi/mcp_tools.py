@@ -203,9 +203,9 @@ def _endpoint_runner(caller_app: InProcess, path: str, method: str, fixed: dict,
             return Outcome(result=reshape(body) if reshape else body)
         sentence = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), str) else None
         if sentence and isinstance(body.get("parameter"), str):
-            # the endpoint's sentence shows its examples as HTTP requests (?q=..., url=...)
-            sentence = (f"Argument {body['parameter']!r}: {sentence} (Examples are written as the HTTP request; "
-                        f"over MCP, send the value as the argument.)")
+            sentence = f"Argument {body['parameter']!r}: {sentence}"
+            if "=" in sentence:  # the endpoint's examples are HTTP requests (?q=..., url=...)
+                sentence += " (Examples are written as the HTTP request; over MCP, send the value as the argument.)"
         return Outcome(error=sentence or f"{path} answered HTTP {status} without a JSON result.",
                        details=body if sentence else None)
     return run

@@ -102,7 +102,7 @@ SEMANTIC_TERMS_MAX = 3  # terms embedded per query, each about 1 ms of one core
 SEMANTIC_CACHE = 256    # terms whose matching rows each index keeps (paging repeats a query)
 TERM_TEMPLATE = "a photo of {}"
 _SPLIT = re.compile(r"[^\w]+|_+")  # tokens are runs of letters and digits
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 ORDER_SQL = "ORDER BY taken IS NULL, taken DESC, stem"  # newest first, undated last, then by name
 
 

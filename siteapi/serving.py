@@ -71,9 +71,8 @@ class JsonErrorTask(ErrorTask):
         error = self.request.error
         adj = self.channel.adj
         # In our words where waitress's would name its settings (max_body, max_header)
-        detail = {413: f"the body is over {adj.max_request_body_size // 2**20} MiB, more than any endpoint here "
-                       f"reads (/developers gives each one's limit)",
-                  431: f"the headers are over {adj.max_request_header_size // 2**10} KiB"}.get(
+        detail = {413: f"the body is over {adj.max_request_body_size // 2**20} MB, more than any endpoint here reads",
+                  431: f"the headers are over {adj.max_request_header_size // 2**10} KB"}.get(
                       error.code, " ".join(str(error.body).split()).rstrip("."))
         body = json.dumps({"error": f"{error.reason}: {detail}; {self.ADVICE.get(error.code, 'try again later')}.",
                            "code": self.CODES.get(error.code, "internal_error"), "status": error.code}).encode()

@@ -157,24 +157,25 @@ def etag_matches(etag: str) -> bool:
     return etag in sent or "*" in sent
 
 
-_ONE_BYTE_RANGE = re.compile(r"bytes=\s*(?:(\d+)-(\d*)|-(\d+))", re.I)
+_ONE_BYTE_RANGE = re.compile(r"bytes=\s*(?:(\d+)-(\d*)|-(\d+))", re.I | re.ASCII)
 
 
-def range_applies(etag: str, modified: float) -> bool:
-    """Whether a request's Range is served from a file of strong `etag` and mtime `modified`: one
-    range only (several get the whole file, as RFC 9110 allows, where Bottle sent the first alone),
-    and an If-Range that still names this version (its ETag, or its Last-Modified date), so that a
-    download resumed across a change of the file gets the new file whole, not two versions spliced."""
+def served_range(etag: str, modified: float) -> str | None:
+    """The request's Range as Bottle reads it (`bytes=first-last`), when it is served from a file of
+    strong `etag` and mtime `modified`; None for the whole file. One valid byte range only (several
+    get the whole file, as RFC 9110 allows, where Bottle sent the first alone; another unit or no
+    valid range is ignored, RFC 9110 14.2), and an If-Range that still names this version (its
+    ETag, or its Last-Modified date), so that a download resumed across a change of the file gets
+    the new file whole, not two versions spliced."""
     ranges = header("Range")
     one = _ONE_BYTE_RANGE.fullmatch(ranges.strip()) if ranges and "," not in ranges else None
     if one is None or (one[2] and int(one[2]) < int(one[1])):
-        return False  # none, several, another unit or no valid range: the whole file (RFC 9110 14.2)
+        return None
     validator = header("If-Range").strip()
-    if not validator:
-        return True
-    if validator.startswith('"'):
-        return validator == etag
-    return bottle.parse_date(validator) == int(modified)
+    if validator and (validator != etag if validator.startswith('"')
+                      else bottle.parse_date(validator) != int(modified)):
+        return None
+    return f"bytes=-{one[3]}" if one[3] else f"bytes={one[1]}-{one[2]}"
 
 
 def etag_of(body: bytes) -> str:

@@ -81,7 +81,7 @@ def test_full_scan_over_http(lens_api, sites):
     ({"url": "http://127。0。0。1/", "mode": "cloudflare"}, "url"), ({"url": "http://private.test/", "phases": "page"}, "url"),
     ({"url": "http://private.test/"}, "url"), ({"url": "http://private.test/", "mode": "cloudflare"}, "url"),
     ({"url": "https://example.com:99999/"}, "url"), ({"url": "https://-bad-.example/"}, "url"),
-    ({"url": "http://[zz::1]/"}, "url"), ({"url": "http://[1::2::3]/"}, "url"),
+    ({"url": "http://[zz::1]/"}, "url"), ({"url": "http://[1::2::3]/"}, "url"), ({"url": "https://2001:db8::1/"}, "url"),
 ])
 def test_bad_lens_input_is_a_400_naming_the_parameter(lens_api, params, parameter):
     r = lens_api.get("/lens/fetch", params=params)
@@ -91,6 +91,8 @@ def test_bad_lens_input_is_a_400_naming_the_parameter(lens_api, params, paramete
         assert r.json()["code"] == "url_refused"
         # what was wrong, then what to send instead
         assert re.search(r"; (send|leave|write|the lens only fetches)\b", r.json()["error"]), r.json()["error"]
+        if "::" in params["url"]:  # an IPv6 address, in brackets or not, is shown how to write one
+            assert "https://[2606:4700::1]/" in r.json()["error"], r.json()["error"]
 
 
 def test_cloudflare_mode_over_http(lens_api):
@@ -149,12 +151,12 @@ def test_full_scan_without_bot_views(lens_api, sites):
     ("http://blog.test:0/", "Only ports 80 and 443 can be inspected"),
     ("https://blog.test:0/x", "Only ports 80 and 443 can be inspected"),
     ("example.com:8080/x", "Only ports 80 and 443 can be inspected"),
-    ("mailto:someone@example.com", "Only http and https URLs can be inspected, not mailto:; send one"),
-    ("javascript:alert(1)", "Only http and https URLs can be inspected, not javascript:; send one"),
-    ("data:text/html,hello", "Only http and https URLs can be inspected, not data:; send one"),
-    ("tel:+15551234567", "Only http and https URLs can be inspected, not tel:; send one"),
-    ("urn:isbn:0451450523", "Only http and https URLs can be inspected, not urn:; send one"),
-    ("about:blank", "Only http and https URLs can be inspected, not about:; send one"),
+    ("mailto:someone@example.com", "Only http and https URLs can be inspected, not mailto URLs; send one"),
+    ("javascript:alert(1)", "Only http and https URLs can be inspected, not javascript URLs; send one"),
+    ("data:text/html,hello", "Only http and https URLs can be inspected, not data URLs; send one"),
+    ("tel:+15551234567", "Only http and https URLs can be inspected, not tel URLs; send one"),
+    ("urn:isbn:0451450523", "Only http and https URLs can be inspected, not urn URLs; send one"),
+    ("about:blank", "Only http and https URLs can be inspected, not about URLs; send one"),
 ])
 def test_refusals_name_the_real_reason(lens_api, url, sentence):
     r = lens_api.get("/lens/fetch", params={"url": url, "phases": "page"})

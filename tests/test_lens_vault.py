@@ -86,7 +86,7 @@ def test_bad_input(web, conn):
         (lambda: vault.compare(conn, 999, fetcher=fetcher), 404, "999"),
         (lambda: vault.read(conn, 2 ** 63), 404, str(2 ** 63)),
         (lambda: vault.compare(conn, "-5", fetcher=fetcher), 404, "-5"),
-        (lambda: vault.capture(conn, "http://[::1", fetcher=fetcher), 400, "cannot be read"),
+        (lambda: vault.capture(conn, "http://[::1", fetcher=fetcher), 400, "IPv6 address is not valid"),
     ]
     for call, status, words in cases:
         with pytest.raises(ApiError) as err:

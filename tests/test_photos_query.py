@@ -135,7 +135,7 @@ def test_from_after_to_is_empty_not_an_error(env):
 
 
 @pytest.mark.parametrize("name, value", [("from", "2024-13-45"), ("to", "yesterday"), ("from", "2024-2-1"),
-                                         ("to", "2024-02-30")])
+                                         ("to", "2024-02-30"), ("from", "２０２４-０５-３１")])
 def test_bad_dates_are_400_naming_the_parameter(env, name, value):
     answer = get(env, **{name: value})
     assert answer.status_code == 400
@@ -429,6 +429,9 @@ def test_the_app_serves_images_as_the_edge_does(env):
     for unread in ("items=0-5", "bytes=abc", "bytes=5-2"):  # another unit, no valid range: ignored
         ignored = client.get(full, headers={"Range": unread})
         assert ignored.status_code == 200 and ignored.content == first.content, unread
+    for spelt in ("BYTES=0-9", "bytes= 0-9"):  # the unit is case-insensitive (RFC 9110 14.1)
+        assert client.get(full, headers={"Range": spelt}).content == first.content[:10], spelt
+    assert client.get(full, headers={"Range": "bytes=-10"}).content == first.content[-10:]
     past = client.get(full, headers={"Range": "bytes=999999999-", "Accept": "application/json"})
     assert past.status_code == 416 and past.json()["code"] == "range_not_satisfiable"
     assert past.headers["Content-Range"] == f"bytes */{len(first.content)}"

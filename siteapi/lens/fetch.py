@@ -195,7 +195,11 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 # `name:` without `//` names a scheme (mailto:, data:, tel:) unless a port follows (localhost:8080);
 # a name with a dot is a host (example.com:8080)
 _BARE_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+-]*):(?!\d{1,5}(?:[/?#]|$))")
-_SCHEME_REFUSED = "Only http and https URLs can be inspected, not {}:; send one such as https://example.com/."
+_NOT_A_NAME = ("The host name is not a valid internet name (labels of letters, digits, hyphens or underscores "
+               "between dots, each at most 63 characters, 253 in all); send a name such as example.com.")
+_IPV6_IN_BRACKETS = "An IPv6 address in a URL goes in brackets; send it as https://[2606:4700::1]/."
+_IPV6_NOT_VALID = "The URL's IPv6 address is not valid; write a valid one in brackets, such as https://[2606:4700::1]/."
+_SCHEME_REFUSED = "Only http and https URLs can be inspected, not {} URLs; send one such as https://example.com/."
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
 _UNDERSCORED_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
@@ -216,6 +220,8 @@ def parse_target(raw: str, policy: AddressPolicy = PRODUCTION_POLICY) -> Target:
     try:
         parts = urlsplit(text)
     except ValueError as exc:  # an unclosed or invalid [IPv6] host, or characters NFKC turns into delimiters
+        if "[" in text:
+            raise FetchRefused(_IPV6_NOT_VALID) from None
         raise FetchRefused(f"The URL cannot be read ({exc}); send a plain http(s) URL such as https://example.com/.") from None
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
@@ -225,6 +231,8 @@ def parse_target(raw: str, policy: AddressPolicy = PRODUCTION_POLICY) -> Target:
     try:
         port = parts.port
     except ValueError:
+        if parts.netloc.count(":") > 1 and "[" not in parts.netloc:  # https://2001:db8::1/ reads as a host and a port
+            raise FetchRefused(_IPV6_IN_BRACKETS) from None
         raise FetchRefused("The URL's port is not a number from 1 to 65535; leave the port out (only 80 and 443 are "
                            "inspected).") from None
     if port is None:
@@ -262,10 +270,6 @@ def _ascii_name(name: str) -> str:
     return ascii_name
 
 
-_NOT_A_NAME = ("The host name is not a valid internet name (labels of letters, digits and hyphens between dots); "
-               "send a name such as example.com.")
-
-
 def _normalise_host(hostname: str, netloc: str) -> tuple[str, bool]:
     if not hostname:
         raise FetchRefused("The URL has no host name; send a full address such as https://example.com/.")
@@ -275,7 +279,7 @@ def _normalise_host(hostname: str, netloc: str) -> tuple[str, bool]:
         try:
             return str(ipaddress.IPv6Address(hostname)), True
         except ValueError:
-            raise FetchRefused("The URL's IPv6 address is not valid; write it in brackets, such as https://[2606:4700::1]/.") from None
+            raise FetchRefused(_IPV6_NOT_VALID) from None
     try:
         # Mapped first: full-width digits and ideographic dots (１２７。０.０.１) spell addresses too.
         name = idna.uts46_remap(hostname, std3_rules=False).rstrip(".")

@@ -17,6 +17,11 @@ log = logging.getLogger(__name__)
 PHASES = ("page",)
 
 
+def within(sentence: str) -> str:
+    """A sentence continued after a colon: "the URL ...", but "URLs with credentials ..." as it is."""
+    return sentence[0].lower() + sentence[1:] if sentence[1:2].islower() else sentence
+
+
 def checked(url: str | None, fetcher: Fetcher, parameter: str = "url", side: str | None = None) -> Target:
     """The URL someone sent, normalised and checked against the fetcher's rules before any network
     step; ApiError 400 naming the parameter (and the side of a comparison) when missing or refused."""
@@ -27,10 +32,7 @@ def checked(url: str | None, fetcher: Fetcher, parameter: str = "url", side: str
     try:
         return fetcher.check(str(url))
     except FetchRefused as refused:
-        reason = str(refused)
-        if side:  # within a sentence: "the URL ...", but "URLs with credentials ..." as it is
-            reason = reason[0].lower() + reason[1:] if reason[1:2].islower() else reason
-        sentence = f"The {side} URL is refused: {reason}" if side else reason
+        sentence = f"The {side} URL is refused: {within(str(refused))}" if side else str(refused)
         raise ApiError(400, sentence, code="url_refused", ok=False, **where) from None
 
 

@@ -326,7 +326,7 @@ def compare(left: str | None, right: str | None, settings, fetcher: Fetcher | No
 
 def _side_error(side: str, failed: ApiError) -> ApiError:
     status = failed.status if failed.status in (400, 429) else 502
-    return ApiError(status, f"The {side} URL could not be inspected: {failed.body['error']}",
+    return ApiError(status, f"The {side} URL could not be inspected: {observe.within(failed.body['error'])}",
                     code=failed.body.get("code"), headers=failed.headers, limit=failed.limit, ok=False, side=side,
                     **({"parameter": side} if status == 400 else {}),
                     **({"retry_after": failed.body["retry_after"]} if status == 429 else {}))
