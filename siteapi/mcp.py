@@ -150,12 +150,10 @@ class McpServer:
                                              "smaller messages."))
         try:
             message = json.loads(raw)
-        except ValueError:
-            return self._http(400, rpc_error(None, PARSE_ERROR, "The body is not JSON; send one JSON-RPC 2.0 "
-                                             "request object (or a batch array of them)."))
-        except RecursionError:  # thousands of nested arrays exhaust the decoder's stack
-            return self._http(400, rpc_error(None, PARSE_ERROR, "The body nests JSON too deeply to read; send one "
-                                             "JSON-RPC 2.0 request object (or a batch array of them)."))
+        except (ValueError, RecursionError) as exc:  # RecursionError: thousands of nested arrays
+            what = "nests JSON too deeply to read" if isinstance(exc, RecursionError) else "is not JSON"
+            return self._http(400, rpc_error(None, PARSE_ERROR, f"The body {what}; send one JSON-RPC 2.0 request "
+                                             "object (or a batch array of them)."))
         version_header = header("MCP-Protocol-Version", None)
         if version_header is not None and version_header not in ALL_VERSIONS:
             exc = unsupported(version_header)
