@@ -30,6 +30,15 @@ the representations before the development set did, which biases its figure upwa
 before the test set was scored: the issue's quality targets are judged on the evaluation and test
 sets pooled (their answerable questions together, and their unanswerable ones together); each set's
 own figures are printed beside. A later change to the ranker is not judged on either set again.
+
+Second test set: bench/ask_test2.json, written in session 22 (2026-11-22) under the same blindness (a
+helper that read only content/ and a checker that ranks nothing; 80 answerable questions, 10 near
+misses and 5 off-topic ones the site cannot answer), before any candidate was scored on it. The rule,
+committed before the set was written: it is scored once, at one commit, with the shipped ranker and
+with each candidate fixed in a commit before that scoring; a candidate replaces the shipped ranker
+only if on this set it is ahead in both top-1 and MRR@10 and its unanswerable mean top probability is
+no higher. The issue's targets are judged on this set alone from then on (every other labelled
+question has served in development by then); the earlier sets' figures are printed beside.
 """
 from __future__ import annotations
 
