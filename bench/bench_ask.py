@@ -68,6 +68,7 @@ from siteapi.content import run_content  # noqa: E402
 EVAL = ROOT / "bench" / "ask_eval.json"
 DEV = ROOT / "bench" / "ask_dev.json"
 TEST = ROOT / "bench" / "ask_test.json"
+TEST2 = ROOT / "bench" / "ask_test2.json"
 SHIPPED = "shipped: split head + overlap, blend 0.3"
 CENTROID = "centroid of 'title. description' + passages (shipped until 2026-11-22)"
 SYNTHETIC_PAGES = 2000
@@ -90,14 +91,16 @@ def load_eval(path: Path = EVAL) -> dict:
 
 
 def judged_sets() -> list[tuple[str, dict]]:
-    """The question sets quality reports, the one that judges the targets last: the evaluation set,
-    and with the test set present, the test set and both pooled."""
+    """The question sets quality reports, the one that judges the targets last: the evaluation set;
+    with the test set present, the test set and both pooled; with the second test set present, it
+    (see the docstring's rules)."""
     evaluation = ("evaluation", load_eval())
     if not TEST.exists():
         return [evaluation]
     test = load_eval(TEST)
     pooled = {key: evaluation[1][key] + test[key] for key in ("questions", "unanswerable")}
-    return [evaluation, ("test", test), ("evaluation + test", pooled)]
+    second = [("second test", load_eval(TEST2))] if TEST2.exists() else []
+    return [evaluation, ("test", test), ("evaluation + test", pooled), *second]
 
 
 def target_path(target: str, settings) -> str:
