@@ -137,6 +137,7 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
     params = {k: str(v) for k, v in query.items()}
     query_id = _query_id(params.get("query_id", ""), str(uuid.uuid4()))
     fields: dict = {}       # legacy-named values from the body (they win over the query string)
+    body_names: set = set()  # every name the body sent, read or not
     dialect = "legacy"
     if method == "POST" and body is not None and len(body) > MAX_BODY:
         raise _bad("body", f"The request body is over {MAX_BODY} bytes; send at most {MAX_BODY} bytes of JSON.", query_id)
@@ -144,8 +145,10 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
         ctype = (content_type or "").split(";")[0].strip().lower()
         if ctype == "application/x-www-form-urlencoded" and not body.lstrip().startswith((b"{", b"[", b'"')):
             fields = dict(parse_qsl(body.decode("utf-8", "replace")))
+            body_names = set(fields)
         else:
             data = _json_object(body, query_id)
+            body_names = set(data)
             if isinstance(data.get("query"), dict):
                 dialect = "0.55"
                 fields = _structured_fields(data, query_id)
@@ -173,7 +176,7 @@ def parse_request(method: str, query: Mapping[str, str], body: bytes | None, con
         where = "query.text in the JSON body" if in_body else "the query parameter"
         problem = ("The question has no readable characters (only control, invisible or undecodable ones)"
                    if sent.strip() else "A question is required")
-        other = " (q is /search.json's parameter; /ask reads query)" if "q" in params and not sent else ""
+        other = " (q is /search.json's parameter; /ask reads query)" if "q" in {*params, *body_names} and not sent else ""
         raise _bad("query", f"{problem}: send it as UTF-8 text in {where}, e.g. {example}{other}.", query_id)
 
     mode = str(value("mode") or "list").strip().lower()

@@ -167,6 +167,9 @@ def test_modes_and_sites_over_http(client):
     assert "/ask?query=" in r.json()["error"]
     r = client.get("/ask", params={"q": "carburetor"})  # /search.json's parameter name
     assert r.status_code == 400 and "/ask reads query" in r.json()["error"]
+    for body in ({"json": {"q": "carburetor"}}, {"data": {"q": "carburetor"}}):  # in a JSON or form body too
+        r = client.post("/ask", **body)
+        assert r.status_code == 400 and "/ask reads query" in r.json()["error"], r.text
     r = client.get("/search.json", params={"query": "carburetor"})  # and the other way round
     assert r.status_code == 400 and "this endpoint reads q" in r.json()["error"]
     r = client.post("/ask", json={"query": "bike", "streaming": 0})  # the query string's 0, as a JSON number
