@@ -12,6 +12,7 @@ import sqlite3
 import sys
 import time
 from contextlib import closing, nullcontext
+from urllib.parse import parse_qsl
 
 import bottle
 
@@ -41,7 +42,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     limiter = RateLimiter(settings.rates, settings.rate_storage)
     lens_budget = lens_target_budget(settings)  # fresh lens scans of one host, whoever asks
     site = Site(settings, limiter, lambda fmt, body, path: pages.render_error(settings, fmt, body, path),
-                lambda path: suggest(path))
+                lambda path, query_string: suggest(path, query_string))
 
     def conn():
         return db.reader(settings.db_path)  # a sqlite3.Error becomes the 503 storage_unavailable (web.Site.serve)
@@ -240,15 +241,17 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                 raise
         raise ApiError(404, f"Nothing lives at {pages.shown_path(path)}.", code="not_found")
 
-    def suggest(path):
+    def suggest(path, query_string):
         """The closest real pages to a path that names nothing (the routes alone when site.db is down)."""
         try:
             known = {r["path"]: r["path"] for r in conn().execute("SELECT path FROM pages")}
         except sqlite3.Error:
             known = {}
-        # templates such as /images/<path> are no page; a route a plain GET is refused at (a
-        # required parameter, no GET) is suggested as its section of the guide
-        known.update((rule, openapi.get_target(rule)) for rule, _ in site.routes if "<" not in rule)
+        # templates such as /images/<path> are no page; an endpoint is suggested with the request's
+        # parameters it reads, and one a plain GET would be refused at (a required parameter
+        # missing, no GET) as its section of the guide
+        query = parse_qsl(query_string)
+        known.update((rule, openapi.get_target(rule, query)) for rule, _ in site.routes if "<" not in rule)
         return pages.suggest(path, known, settings.public_base_url)
 
     R = site.route

@@ -16,6 +16,7 @@ import yaml
 SOURCE = Path(__file__).with_name("openapi.yaml")
 METHODS = ("get", "post", "put", "patch", "delete")
 READ_HEADERS = ("RateLimit-Policy", "RateLimit", "Link")
+MAX_CARRIED_QUERY = 1000  # characters of a request's query a 404 suggestion carries over, encoded
 
 
 @functools.cache
@@ -57,16 +58,26 @@ def api_operations(doc: dict):
     return [(path, method, op) for path, method, op in operations(doc) if "documents" not in op.get("tags", [])]
 
 
-def get_target(path: str) -> str:
-    """What a plain GET should ask for to reach route `path`: the path itself, or when the route
-    has no GET (/mcp) or requires a parameter (/search.json's q), its section of the guide. A route
-    the document does not list is a page."""
+def get_target(path: str, query: list[tuple[str, str]] = ()) -> str:
+    """What a plain GET should ask for to reach route `path` from a request that carried `query`:
+    the path with those of the query's parameters its GET reads (each by its first value), or, when
+    the route has no GET (/mcp) or a required parameter is missing (/search.json's q), its section
+    of the guide. A route the document does not list is a page."""
     item = load()["paths"].get(path)
     if item is None:
         return path
     op = item.get("get")
-    if op is not None and not any(p.get("required") for p in parameters(load(), op)):
-        return path
+    if op is not None:
+        named = {p["name"]: p for p in parameters(load(), op) if p.get("in") == "query"}
+        read = {}
+        for name, value in query:
+            if name in named:
+                read.setdefault(name, value)
+        kept = urlencode(list(read.items()))
+        if len(kept) > MAX_CARRIED_QUERY:
+            read, kept = {}, ""
+        if all(name in read for name, p in named.items() if p.get("required")):
+            return f"{path}?{kept}" if kept else path
     return f"/developers#{(op or next(item[m] for m in METHODS if m in item))['operationId']}"
 
 

@@ -268,7 +268,7 @@ SUGGEST_CHARS = 200  # SequenceMatcher is quadratic: a 200 KB path held a reques
 
 def suggest(path: str, known: dict[str, str], base_url: str, n: int = 3) -> list[str]:
     """The URLs of the closest real paths to `path` (`known`: each path and the request to give for
-    it), by similarity of the whole path and of its last segment (only their first SUGGEST_CHARS
+    it, a path with an encoded query or a fragment), by similarity of the whole path and of its last segment (only their first SUGGEST_CHARS
     count: no real path is longer)."""
     trimmed = path.rstrip("/").lower()
     wanted = (trimmed or "/")[:SUGGEST_CHARS]
@@ -282,9 +282,10 @@ def suggest(path: str, known: dict[str, str], base_url: str, n: int = 3) -> list
     scores = {candidate: score(candidate) for candidate in known}
     ranked = sorted(known, key=lambda c: (-scores[c], c))
     picks = [known[c] for c in ranked if scores[c] >= 0.45][:n] or ["/", "/sitemap.xml"]
-    # a page's path is percent-encoded here, not the fragment that names a section of the guide
-    return [base_url + quote(target, safe=URL_SAFE) + mark + fragment
-            for target, mark, fragment in (p.partition("#") for p in picks)]
+    # a page's path is percent-encoded here, not an endpoint's query (encoded already) nor the
+    # fragment that names a section of the guide
+    return [base_url + quote(target, safe=URL_SAFE) + rest
+            for target, rest in (re.match(r"([^?#]*)(.*)", p).groups() for p in picks)]
 
 
 def shown_path(path: str) -> str:

@@ -285,11 +285,11 @@ class Site:
     """The Bottle app plus the shared conventions; app.py declares every route on it."""
 
     def __init__(self, settings, limiter: RateLimiter, render_error: Callable[[str, dict, str], tuple[str, str, dict]],
-                 suggest: Callable[[str], list[str]]):
+                 suggest: Callable[[str, str], list[str]]):
         self.settings = settings
         self.limiter = limiter
         self.render_error = render_error  # (format, error body, path) -> (content type, text, headers)
-        self.suggest = suggest  # path -> the closest real pages, for every 404
+        self.suggest = suggest  # (path, query string) -> the closest real pages, for every 404
         self.app = bottle.Bottle()
         self.app.config["catchall"] = False
         link_header = ", ".join([
@@ -496,7 +496,7 @@ class Site:
         if exc.status == 404:
             body = {"ok": False, **body}
             body.setdefault("hint", NOT_FOUND_HINT)
-            body.setdefault("suggestions", self.suggest(request.path))
+            body.setdefault("suggestions", self.suggest(request.path, request.query_string))
         body.setdefault("docs", self.settings.url(DOCS_PATH))
         response.status = exc.status
         self._send_headers({"Cache-Control": cache, **exc.headers})

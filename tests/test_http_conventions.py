@@ -1,5 +1,6 @@
 """The conventions every route shares, on the real server: errors, 404 formats, methods, versions,
 headers, and hostile input that must never produce a 500."""
+import html
 import http.client
 import json
 
@@ -22,6 +23,25 @@ def test_unknown_json_path_is_a_json_404_with_suggestions(api):
     assert "/serch.json" in body["error"] and body["hint"] and body["docs"].endswith("/developers")
     assert body["suggestions"][0].endswith("/developers#searchSite")  # /search.json needs its q
     assert all(u.startswith("https://") for u in body["suggestions"])
+
+
+def test_a_mistyped_endpoint_is_suggested_with_the_parameters_it_reads(api, site_settings):
+    """/serch.json?q=... points at /search.json with that q (and limit), not at the guide; the
+    parameters the endpoint does not read are left behind; the query keeps its encoding in every
+    format, and followed, the suggestion answers the question that was asked."""
+    path = "/serch.json?q=caf%C3%A9+%26+jets&limit=2&colour=red&q=second"
+    wanted = f"{site_settings.public_base_url}/search.json?q=caf%C3%A9+%26+jets&limit=2"
+    suggestions = api.get(path).json()["suggestions"]
+    assert suggestions[0] == wanted, suggestions
+    followed = api.get(suggestions[0].removeprefix(site_settings.public_base_url))
+    assert followed.status_code == 200 and followed.json()["query"] == "café & jets"
+    assert f"<{wanted}>" in api.get(path, headers={"Accept": "text/markdown"}).text
+    assert f'href="{html.escape(wanted)}"' in api.get(path, headers={"Accept": "text/html"}).text
+    # without its required q, or with one too long to carry, the endpoint is its section of the guide
+    for missing in ("/serch.json?limit=2", "/serch.json?q=" + "x" * 1200):
+        assert api.get(missing).json()["suggestions"][0].endswith("/developers#searchSite"), missing
+    # an endpoint that needs nothing gets the parameters it reads, and only those
+    assert api.get("/around/change.json?limit=1&q=x").json()["suggestions"][0].endswith("/around/changes.json?limit=1")
 
 
 def test_the_markdown_404_shows_the_path_asked_for_without_rendering_it(api):
