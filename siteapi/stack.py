@@ -21,6 +21,7 @@ from typing import Callable
 
 from siteapi import db, demo_photos
 from siteapi.config import DATASETTE_PATH, ROOT, SettingsError, load_settings
+from siteapi.feeds.coffee import DEMO_CALENDAR
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PORT_VARIABLES = {"app": "SITE_PORT", "datasette": "DATASETTE_PORT", "caddy": "CADDY_PORT"}
@@ -126,7 +127,13 @@ def free_ports(settings, with_caddy: bool) -> dict[str, int]:
 
 
 def commands_and_env(settings, ports: dict[str, int], caddy: str | None) -> tuple[dict, dict]:
+    """Each process's command, and the environment they share. Without the owner's calendar the
+    coffee slots come from a demo week; without Caddy there is no access log, so the ledger is not
+    configured (a 503 that says so, not a 502 promising a read that never comes)."""
     env = {**os.environ, "SITE_PORT": str(ports["app"]), "DATASETTE_PORT": str(ports["datasette"])}
+    env.setdefault("SITE_CALENDAR_ICS_URL", DEMO_CALENDAR.as_uri())
+    if not caddy:
+        env.setdefault("SITE_ACCESS_LOG", "")
     commands = {
         "app": [sys.executable, "app.py"],
         "datasette": datasette_command(settings.db_path, ports["datasette"]),
@@ -160,13 +167,27 @@ def stop_with_parent(parent: int):
     return arm
 
 
-def print_addresses(ports: dict[str, int]) -> None:
+def wait_until_listening(ports: dict[str, int], procs: dict[str, subprocess.Popen], timeout: float = 60) -> None:
+    """Until every port accepts a connection, so that the addresses printed next answer; or until a
+    process stops (watch says which) or `timeout` passes."""
+    waiting, deadline = set(ports.values()), time.monotonic() + timeout
+    while waiting and time.monotonic() < deadline and all(p.poll() is None for p in procs.values()):
+        for port in list(waiting):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                waiting.discard(port)
+        time.sleep(0.1)
+
+
+def print_addresses(ports: dict[str, int], env: dict[str, str]) -> None:
     print(f"\n  app        http://127.0.0.1:{ports['app']}/", flush=True)
     print(f"  datasette  http://127.0.0.1:{ports['datasette']}/  (base_url {DATASETTE_PATH})")
     if "caddy" in ports:
         print(f"  caddy      http://127.0.0.1:{ports['caddy']}/  (the site, /data/ and /images/ through the edge)")
     else:
-        print("  caddy      not on PATH: skipped (apt-get install caddy)")
+        print("  caddy      not on PATH: skipped (apt-get install caddy); without its access log the crawler "
+              "ledger is not configured")
+    if env["SITE_CALENDAR_ICS_URL"] == DEMO_CALENDAR.as_uri():
+        print("  coffee     slots from a demo week (siteapi/demo_calendar.ics); SITE_CALENDAR_ICS_URL names a real calendar")
     print("  jobs       scheduler running; Ctrl-C stops everything\n", flush=True)
 
 
@@ -216,7 +237,8 @@ def start() -> int:
         try:
             for name in commands:
                 procs[name] = launch(name)
-            print_addresses(ports)
+            wait_until_listening(ports, procs)
+            print_addresses(ports, env)
             return watch(procs, launch)
         finally:
             stop(procs)

@@ -14,7 +14,7 @@ import pytest
 from siteapi import db
 from siteapi.config import ROOT
 from siteapi.feeds import FeedError
-from siteapi.feeds.coffee import availability, open_slots, rules, run_calendar
+from siteapi.feeds.coffee import DEMO_CALENDAR, availability, open_slots, rules, run_calendar
 from siteapi.web import ApiError
 from tests.feeds_servers import IcsServer, make_settings, trusted_tls_ics
 
@@ -332,13 +332,45 @@ def test_a_webcal_address_is_read_over_https(tmp_path, monkeypatch):
     assert read(settings, NOW)["slots"]
 
 
-@pytest.mark.parametrize("url", ["ftp://127.0.0.1/calendar.ics", "file:///etc/passwd", "127.0.0.1/calendar.ics",
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/calendar.ics", "127.0.0.1/calendar.ics",
                                  "webcal:/127.0.0.1/calendar.ics"])
 def test_other_schemes_are_refused_without_showing_the_address(tmp_path, monkeypatch, url):
     monkeypatch.setenv("SITE_CALENDAR_ICS_URL", url)
-    with pytest.raises(FeedError, match="must be an https://, http:// or webcal:// address") as caught:
+    with pytest.raises(FeedError, match="must be an https://, http://, webcal:// or file:// address") as caught:
         run_calendar(settings_for(tmp_path), now=NOW)
-    assert "127.0.0.1" not in str(caught.value) and "passwd" not in str(caught.value)
+    assert "127.0.0.1" not in str(caught.value)
+
+
+def test_a_calendar_file_on_this_machine_is_read(tmp_path, monkeypatch):
+    """A file:// address: a calendar a sync tool keeps on disk, read as the feed is."""
+    ics = tmp_path / "owner calendar.ics"
+    ics.write_text(OWNER_CALENDAR)
+    monkeypatch.setenv("SITE_CALENDAR_ICS_URL", ics.as_uri())  # file:///.../owner%20calendar.ics
+    settings = settings_for(tmp_path)
+    assert "8 busy intervals" in run_calendar(settings, now=NOW)
+    assert read(settings, NOW)["slots"]
+
+
+def test_the_demo_week_never_runs_out(tmp_path, monkeypatch):
+    """make run's calendar (DEMO_CALENDAR) repeats weekly: whatever the date, some slots are taken
+    and some are offered."""
+    monkeypatch.setenv("SITE_CALENDAR_ICS_URL", DEMO_CALENDAR.as_uri())
+    settings = settings_for(tmp_path)
+    for now in (NOW, dt.datetime(2031, 12, 24, 15, 0, tzinfo=UTC), dt.datetime.now(UTC)):
+        assert "0 busy intervals" not in run_calendar(settings, now=now)
+        days = by_day(read(settings, now)["slots"])
+        assert days and all("09:30" not in times for times in days.values()), days  # the daily stand-up
+
+
+@pytest.mark.parametrize("where, sentence", [("file://calendar.example/private.ics", "absolute path on this machine"),
+                                             ("file:private.ics", "absolute path on this machine"),
+                                             ("file:///nowhere/private.ics", "could not be read: FileNotFoundError"),
+                                             ("file:///etc/passwd", "not a valid iCalendar")])
+def test_a_calendar_file_that_cannot_be_read_is_a_sentence_without_its_path(tmp_path, monkeypatch, where, sentence):
+    monkeypatch.setenv("SITE_CALENDAR_ICS_URL", where)
+    with pytest.raises(FeedError, match=sentence) as caught:
+        run_calendar(settings_for(tmp_path), now=NOW)
+    assert "private" not in str(caught.value) and "passwd" not in str(caught.value) and "root" not in str(caught.value)
 
 
 @pytest.mark.parametrize("url", ["https://a..b/secret-token/calendar.ics", "webcal://a..b/secret-token/calendar.ics",

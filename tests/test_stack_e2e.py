@@ -273,6 +273,40 @@ def test_datasette_starts_again_on_a_rebuilt_site_db(tmp_path):
             proc.wait(timeout=60)
 
 
+def test_make_run_without_caddy_or_calendar_offers_a_demo_week_and_says_the_ledger_is_not_configured(tmp_path):
+    """Caddy not on PATH, no calendar of the owner's: the coffee slots come from the demo week, the
+    ledger (no access log without Caddy) answers that it is not configured rather than promising a
+    read, and the addresses are printed once they answer."""
+    (tmp_path / "empty").mkdir()
+    ports = stack_ports()
+    env = {**stack_env(tmp_path, ports), "PATH": str(tmp_path / "empty")}
+    del env["SITE_ACCESS_LOG"]
+    app, log_path = f"http://127.0.0.1:{ports['SITE_PORT']}", tmp_path / "stack.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "siteapi.stack"], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 120
+            while f"  app        {app}/" not in log_path.read_text():
+                assert time.monotonic() < deadline and proc.poll() is None, log_path.read_text()
+                time.sleep(0.05)
+            assert requests.get(app + "/robots.txt", timeout=10).status_code == 200  # no connection refused
+            printed = log_path.read_text()
+            assert "caddy      not on PATH" in printed and "ledger is not configured" in printed, printed
+            assert "slots from a demo week" in printed, printed
+            ledger = requests.get(app + "/ledger.json", timeout=10)
+            assert ledger.status_code == 503 and ledger.json()["code"] == "not_configured", ledger.text
+            deadline = time.monotonic() + 60  # the calendar job runs at start
+            while (coffee := requests.get(app + "/coffee/availability.json", timeout=10)).status_code == 503:
+                assert time.monotonic() < deadline, coffee.text
+                time.sleep(0.5)
+            assert coffee.status_code == 200 and coffee.json()["available"] and coffee.json()["slots"], coffee.text
+            assert "job ledger failed" not in log_path.read_text() and "job calendar failed" not in log_path.read_text()
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+
+
 def test_datasette_as_systemd_runs_it_exits_to_be_started_on_a_rebuilt_site_db(tmp_path):
     """Under systemd no `make run` watches site.db: Datasette itself exits with 75, which
     `Restart=on-failure` restarts, once the rebuilt file may stand in for the one it opened (its

@@ -1,7 +1,9 @@
 """Coffee slots: the owner's calendar (an ICS feed) read into busy intervals, and the bookable slots.
 
-The job (every 5 minutes) fetches the feed at `SITE_CALENDAR_ICS_URL` (an http(s) address, or the
-webcal:// one calendar apps publish, which means https://; any other scheme is refused), expands
+The job (every 5 minutes) fetches the feed at `SITE_CALENDAR_ICS_URL` (an http(s) address, the
+webcal:// one calendar apps publish, which means https://, or a file:// path on this machine: a
+calendar a sync tool keeps on disk, and make run's demo week, DEMO_CALENDAR; any other scheme is
+refused), expands
 recurring events (RRULE, EXDATE, RECURRENCE-ID overrides) with recurring-ical-events, skips
 cancelled and transparent (free) events, and stores only start/end instants, never titles. All-day
 events block their whole UTC day (REFERENCE.md); floating times are read in the calendar's
@@ -31,6 +33,9 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import icalendar
@@ -64,6 +69,7 @@ ADDED_COLUMNS = {"coffee_calendar": {"empty_reads": "INTEGER NOT NULL DEFAULT 0"
 
 MAX_FEED_BYTES = 10_000_000
 MAX_BUSY = 5_000
+DEMO_CALENDAR = ROOT / "siteapi" / "demo_calendar.ics"  # a week of recurring events, so it never runs out
 EXPAND_MARGIN = dt.timedelta(days=2)  # busy intervals are kept a little past the booking horizon
 FRESH_SECONDS = 360  # one job interval plus a minute of slack
 # What the expansion and this module read of an event. Every occurrence is a copy of its event, so
@@ -343,12 +349,31 @@ def feed_url(settings) -> str:
     scheme, _, rest = url.partition("://")
     if scheme.lower() == "webcal":
         return "https://" + rest
-    if scheme.lower() not in ("http", "https"):
-        raise FeedError("SITE_CALENDAR_ICS_URL must be an https://, http:// or webcal:// address.")
+    if scheme.lower() not in ("http", "https") and url[:5].lower() != "file:":  # read_ics_file checks the rest
+        raise FeedError("SITE_CALENDAR_ICS_URL must be an https://, http://, webcal:// or file:// address.")
     return url
 
 
+def read_ics_file(url: str) -> bytes:
+    """The calendar at a file:// address: an absolute path on this machine (no other host)."""
+    parts = urlsplit(url)
+    path = Path(url2pathname(parts.path))
+    if parts.netloc not in ("", "localhost") or not path.is_absolute():
+        raise FeedError("SITE_CALENDAR_ICS_URL names a file by its absolute path on this machine, "
+                        "e.g. file:///home/owner/calendar.ics.")
+    try:
+        with path.open("rb") as ics:
+            body = ics.read(MAX_FEED_BYTES + 1)
+    except OSError as exc:
+        raise FeedError(f"The calendar file could not be read: {exc.__class__.__name__}.") from None
+    if len(body) > MAX_FEED_BYTES:
+        raise FeedError(f"The calendar file is larger than {MAX_FEED_BYTES} bytes.")
+    return body
+
+
 def fetch_ics(url: str, timeout: float) -> bytes:
+    if url[:5].lower() == "file:":
+        return read_ics_file(url)
     deadline = time.monotonic() + timeout
     try:
         with session() as http, time_limit(deadline, "The calendar feed"), \
