@@ -7,8 +7,9 @@ import http.client
 import io
 import json
 import shutil
+import re
 import time
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote
 
 import exiv2
 import numpy as np
@@ -19,7 +20,7 @@ from siteapi import db, demo_photos, ingest, photos
 from siteapi.config import load_settings
 
 from app import make_app
-from conftest import SHARED, Client, make_settings
+from conftest import ROOT, SHARED, Client, make_settings
 from servers import serve_wsgi
 
 DEMOS = {demo.stem: demo for demo in demo_photos.DEMOS}
@@ -62,6 +63,16 @@ def test_no_parameters_lists_newest_first(env):
     assert body["total"] == len(DEMOS) and (body["limit"], body["offset"]) == (25, 0)
     assert stems(body) == newest_first(DEMOS)[:25]
     assert "score" not in body["photos"][0] and "matched" not in body["photos"][0]
+
+
+def test_the_utility_pages_examples_find_demo_photos(env):
+    """Each example request on /utilities/photos finds photos in the demo archive a first make run
+    generates: a reader trying them sees the filters work."""
+    text = (ROOT / "content" / "utilities" / "photos.md").read_text(encoding="utf-8")
+    examples = re.findall(r"^/photos/query\.json\?(\S+)$", text, re.M)
+    assert len(examples) >= 2
+    for example in examples:
+        assert run(env, **dict(parse_qsl(example)))["total"] > 0, example
 
 
 def test_photo_shape(env):
