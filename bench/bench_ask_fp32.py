@@ -38,6 +38,20 @@ def embed_fp32(texts_file: str, out_file: str) -> None:
     np.save(out_file, np.stack(vectors))
 
 
+def target_ranks(vectors: np.ndarray, page_passages: list[list[str]], paths: list[str], targets: np.ndarray) -> np.ndarray:
+    """The rank of each question's target page under the shipped similarity, from one vector per
+    text: the questions first, then every page's passages in order."""
+    from siteapi import ranker
+
+    questions, rest, blobs = vectors[: len(targets)], vectors[len(targets):].astype(np.float32), []
+    for ps in page_passages:
+        blobs.append(rest[: len(ps)].tobytes())
+        rest = rest[len(ps):]
+    matrix = ranker.PageMatrix.from_rows(paths, blobs)
+    scores = np.stack([matrix.similarity(v) for v in questions.astype(np.float32)])
+    return (scores > scores[np.arange(len(targets)), targets][:, None]).sum(axis=1) + 1
+
+
 def compare(torch_python: str) -> None:
     from bench_ask import fold, load_eval, scratch_site, target_path
     from siteapi import ranker
@@ -60,13 +74,7 @@ def compare(torch_python: str) -> None:
         int8 = np.stack([model.embed([t])[0] for t in texts])
 
     def figures(vectors):
-        q, rest, blobs = vectors[: len(questions)], vectors[len(questions):].astype(np.float32), []
-        for ps in page_passages:
-            blobs.append(rest[: len(ps)].tobytes())
-            rest = rest[len(ps):]
-        matrix = ranker.PageMatrix.from_rows(paths, blobs)
-        scores = np.stack([matrix.similarity(v) for v in q.astype(np.float32)])
-        ranks = (scores > scores[np.arange(len(targets)), targets][:, None]).sum(axis=1) + 1
+        ranks = target_ranks(vectors, page_passages, paths, targets)
         out = [(ranks == 1).mean(), np.where(ranks <= 10, 1 / ranks, 0).mean()]
         return out + [f"{(ranks[halves == h] == 1).mean():.2f}" for h in "AB"]
 

