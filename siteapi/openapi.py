@@ -97,8 +97,8 @@ def api_endpoints() -> list[tuple[str, str, str]]:
 
 
 def catalog(settings) -> dict:
-    """RFC 9727 linkset: the API anchor with its description and documentation, plus each endpoint
-    with the guide's section for each of its operations."""
+    """RFC 9727 linkset: the API anchor with its description and documentation, plus each API
+    endpoint (not the documents) with the guide's section for each of its operations."""
     url = settings.url
     base = {
         "anchor": url("/"),
@@ -154,7 +154,9 @@ def guide_markdown(settings, intro: str = "") -> str:
     if intro:
         out += [intro.strip(), ""]
     out += [f"The machine-readable description is [/openapi.json]({settings.url('/openapi.json')}); "
-            f"the [API catalog]({settings.url('/.well-known/api-catalog')}) lists every endpoint.", ""]
+            f"the [API catalog]({settings.url('/.well-known/api-catalog')}) lists every API endpoint. It leaves out "
+            "the documents (tagged `documents` in the description), such as this guide, llms.txt, the sitemap, "
+            "the image files, the agent card and the agent skills.", ""]
     for path, method, op in operations(doc):
         out += [f"## {op.get('summary', path)}", "", f'<a id="{op["operationId"]}"></a>',
                 f"`{method.upper()} {path}` — operation `{op['operationId']}`", ""]

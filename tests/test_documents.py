@@ -225,6 +225,20 @@ def test_api_catalog_is_an_rfc9727_linkset(api):
     assert "https://aadhar.sh/search.json" in anchors and "https://aadhar.sh/resume.json" in anchors
 
 
+def test_what_the_guide_says_the_api_catalog_lists_is_what_it_lists(api):
+    """The catalog holds the API endpoints and leaves out the paths tagged documents; /developers
+    says so rather than promising every endpoint."""
+    doc = api.get("/openapi.json").json()
+    anchors = {entry["anchor"] for entry in api.get("/.well-known/api-catalog").json()["linkset"][1:]}
+    for path, item in doc["paths"].items():
+        documents = all("documents" in op["tags"] for op in item.values() if isinstance(op, dict) and "tags" in op)
+        assert ("https://aadhar.sh" + path in anchors) is not documents, path
+    for guide in (api.get("/developers.md").text, api.get("/developers").text):
+        assert "lists every endpoint" not in guide and "pointing at every endpoint" not in guide
+        assert "lists every API endpoint. It leaves out the documents" in guide
+        assert "pointing at every API endpoint; documents such as llms.txt" in guide
+
+
 def test_openapi_has_no_key_without_a_value(api):
     """A YAML flow mapping whose description holds an unquoted comma leaves a stray key with a null
     value; the OpenAPI validator accepts it (unknown keywords are allowed), so look for it here."""
