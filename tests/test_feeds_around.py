@@ -126,7 +126,7 @@ def test_pending_before_the_first_crawl(tmp_path, firms):
             report(reader(settings))
         err = caught.value
         assert err.status == 503 and err.headers["Retry-After"] == "86400"
-        assert err.body["pending"] is True and err.body["note"] == "no snapshot yet; the daily crawl hasn't run"
+        assert err.body["pending"] is True and err.body["note"] == "no snapshot yet; no crawl has succeeded so far"
 
 
 def test_changes_between_crawls_with_severity(tmp_path, firms):
@@ -262,7 +262,10 @@ def test_robots_txt_unavailable_everywhere_reaches_no_firm(tmp_path, firms):
         run_around(settings, fetcher=loopback_fetcher(settings))
     with pytest.raises(ApiError) as caught:
         report(reader(settings))
-    assert caught.value.body["pending"] is True  # nothing was stored
+    err = caught.value
+    assert err.body["pending"] is True  # nothing was stored
+    assert err.status == 503 and err.body["code"] == "pending" and err.headers["Retry-After"] == "86400"
+    assert "no crawl has succeeded" in err.body["error"] and "has not run" not in err.body["error"]  # it ran
 
 
 def test_history_older_than_90_days_is_pruned(tmp_path, firms):

@@ -126,7 +126,7 @@ COMPARED = ("status", "final_url", "title", "description", "content_type", "robo
 # page is still a move. The fetcher's final URL has no fragment to compare.
 DIGIT_RUN = re.compile(r"\d{8}")
 TOKEN = re.compile(r"[\w\-+/=.~%]{16,}", re.ASCII)
-PENDING_NOTE = "no snapshot yet; the daily crawl hasn't run"
+PENDING_NOTE = "no snapshot yet; no crawl has succeeded so far"
 
 
 def _get(fetcher: Fetcher, url: str, timeout: float, max_bytes: int, headers: dict) -> FetchResult:
@@ -394,8 +394,8 @@ def _result(row) -> dict:
 
 
 def report(conn: sqlite3.Connection) -> dict:
-    """AroundReport of the latest crawl; ApiError 503 Pending (Retry-After a day) before the first."""
-    pending = ApiError(503, "No neighborhood snapshot exists yet; the daily crawl has not run.", code="pending",
+    """AroundReport of the latest crawl; ApiError 503 Pending (Retry-After a day) until one has succeeded."""
+    pending = ApiError(503, "No neighborhood snapshot exists yet: no crawl has succeeded so far; the crawl runs daily.", code="pending",
                        headers={"Retry-After": "86400"}, pending=True, note=PENDING_NOTE)
     try:
         crawl = conn.execute("SELECT * FROM around_crawls ORDER BY id DESC LIMIT 1").fetchone()
