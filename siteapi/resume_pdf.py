@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from datetime import datetime, timezone
 from pathlib import Path
 
 from fpdf import FPDF
 
 from siteapi.resume import LINK_SCHEMES, Content, Entry, read
+
+# fpdf2 subsets the font with fontTools, which logs each table it prunes at INFO: some 75 lines
+# in the app's log for every render, none of them about the site.
+logging.getLogger("fontTools").setLevel(logging.WARNING)
 
 FONTS = Path(__file__).with_name("fonts")
 TEXT_CHARS = 2_000

@@ -3,6 +3,7 @@ metadata, links), its headers and validators, and resumes that are odd, foreign 
 import hashlib
 import io
 import json
+import logging
 from contextlib import closing
 
 import pytest
@@ -151,3 +152,11 @@ def test_the_documents_list_the_pdf(site):
     assert "(https://aadhar.sh/resume.pdf)" in api.get("/llms.txt").text
     assert "https://aadhar.sh/resume.pdf" in {e["anchor"] for e in api.get("/.well-known/api-catalog").json()["linkset"]}
     assert "curl -s -o resume.pdf https://aadhar.sh/resume.pdf" in api.get("/developers.md").text
+
+
+def test_rendering_leaves_fonttools_info_out_of_the_log(caplog):
+    """fpdf2 subsets the font with fontTools, which logs some 75 INFO lines per render."""
+    resume_pdf.render.cache_clear()
+    with caplog.at_level(logging.INFO):
+        resume_pdf.render(json.dumps(OWNER), CANONICAL)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("fontTools") and r.levelno < logging.WARNING] == []
