@@ -41,6 +41,14 @@ def test_every_visible_table_and_column_is_described(tmp_path):
     assert not missing, f"metadata.yml does not describe: {', '.join(missing)}"
 
 
+def test_the_example_page_path_is_a_page(site_settings):
+    """The example Datasette gives for pages.path is a page the content job indexed, not a 404."""
+    example = yaml.safe_load((ROOT / "metadata.yml").read_text())["databases"]["site"]["tables"]["pages"]["columns"]["path"]
+    (path,) = re.findall(r"e\.g\. (/\S+)\.$", example)
+    with contextlib.closing(db.connect(site_settings.db_path, readonly=True)) as conn:
+        assert conn.execute("SELECT 1 FROM pages WHERE path = ?", (path,)).fetchone(), path
+
+
 def test_canned_queries_run(tmp_path):
     conn = db.writer(tmp_path / "site.db")
     queries = yaml.safe_load((ROOT / "metadata.yml").read_text())["databases"]["site"]["queries"]
