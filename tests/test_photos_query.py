@@ -6,6 +6,7 @@ import email.utils
 import http.client
 import io
 import json
+import re
 import shutil
 import re
 import time
@@ -108,6 +109,21 @@ def test_substring_filters_are_case_insensitive(env):
     assert set(stems(run(env, film="Reala ACE"))) == {"DSCF0102", "DSCF0116"}
     both = run(env, camera="X-T5", film="classic")
     assert set(stems(both)) == {"DSCF0112", "DSCF0125"} and both["query"]["film"] == "classic"
+
+
+def test_each_text_filter_is_described_with_examples_that_find_photos(env):
+    """The examples are what keeps a model from sending a sentence as `camera`; the MCP tool
+    photo_query shows the same descriptions."""
+    api = env[2]
+    described = {p["name"]: p["description"] for p in api.get("/openapi.json").json()["paths"]["/photos/query.json"]["get"]["parameters"]}
+    tools = api.request("POST", "/mcp", data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+                        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}).json()
+    (tool,) = [t for t in tools["result"]["tools"] if t["name"] == "photo_query"]
+    for name in ("camera", "lens", "film", "recipe"):
+        assert tool["inputSchema"]["properties"][name]["description"] == described[name]
+        (listed,) = re.findall(r"like (`[^`]+`(?: or `[^`]+`)*)", described[name])
+        for example in re.findall(r"`([^`]+)`", listed):
+            assert run(env, **{name: example})["total"] > 0, (name, example)
 
 
 def test_recipe_filter_matches_across_the_card(env):
