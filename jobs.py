@@ -73,6 +73,7 @@ JOBS: dict[str, Job] = {
     "snapshots": Job(run_snapshot_purge, {"trigger": "cron", "hour": 3, "minute": 47, "timezone": "UTC"},
                      "forget representation snapshots older than 30 days"),
 }
+NAME_WIDTH = max(map(len, JOBS))
 
 
 def run_job(settings: Settings, name: str, **seams) -> tuple[bool | None, str]:
@@ -269,7 +270,7 @@ def status(settings: Settings) -> int:
         else:
             state = (f"ok {row['finished']}: {row['summary']}" if row["ok"] else
                      f"FAILED {row['finished']}: {row['error']}")
-        print(f"{name:11} {state}")
+        print(f"{name:{NAME_WIDTH}} {state}")
     return 0
 
 
@@ -292,7 +293,7 @@ def main(argv: list[str], **seams) -> int:
         return schedule(settings)
     if argv[0] == "list":
         for name, job in JOBS.items():
-            print(f"{name:10} {job.trigger}  {job.about}")
+            print(f"{name:{NAME_WIDTH}} {job.trigger}  {job.about}")
         return 0
     if argv[0] == "status":
         return status(settings)

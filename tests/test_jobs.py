@@ -128,3 +128,10 @@ def test_status_of_a_site_db_that_cannot_be_read_is_a_sentence(settings, capsys)
     settings.db_path.write_bytes(b"this is no SQLite database, only text " * 100)
     assert jobs.status(settings) == 1
     assert "could not be used" in capsys.readouterr().err
+
+
+def test_list_lines_up_its_columns(capsys):
+    assert jobs.main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(jobs.JOBS)
+    assert len({line.index(" {'trigger'") for line in lines}) == 1, lines  # lens-caches is the widest name
