@@ -131,7 +131,8 @@ def commands_and_env(settings, ports: dict[str, int], caddy: str | None) -> tupl
     coffee slots come from a demo week; without Caddy there is no access log, so the ledger is not
     configured (a 503 that says so, not a 502 promising a read that never comes)."""
     env = {**os.environ, "SITE_PORT": str(ports["app"]), "DATASETTE_PORT": str(ports["datasette"])}
-    env.setdefault("SITE_CALENDAR_ICS_URL", DEMO_CALENDAR.as_uri())
+    if not env.get("SITE_CALENDAR_ICS_URL", "").strip():  # empty is unset, as the calendar job reads it
+        env["SITE_CALENDAR_ICS_URL"] = DEMO_CALENDAR.as_uri()
     if not caddy:
         env.setdefault("SITE_ACCESS_LOG", "")
     commands = {
@@ -238,7 +239,8 @@ def start() -> int:
             for name in commands:
                 procs[name] = launch(name)
             wait_until_listening(ports, procs)
-            print_addresses(ports, env)
+            if all(p.poll() is None for p in procs.values()):  # else watch says which stopped
+                print_addresses(ports, env)
             return watch(procs, launch)
         finally:
             stop(procs)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import signal
 import sqlite3
 import subprocess
@@ -360,6 +361,25 @@ def test_the_demo_week_never_runs_out(tmp_path, monkeypatch):
         assert "0 busy intervals" not in run_calendar(settings, now=now)
         days = by_day(read(settings, now)["slots"])
         assert days and all("09:30" not in times for times in days.values()), days  # the daily stand-up
+
+
+def test_a_calendar_address_naming_no_regular_file_is_refused_at_once(tmp_path, monkeypatch):
+    """A folder, or a FIFO no one writes to (whose plain open would wait for a writer for ever, the
+    job holding its lock), is refused by a sentence; a NUL in the path too. file://LOCALHOST/ is
+    this machine."""
+    (tmp_path / "private-dir").mkdir()
+    os.mkfifo(tmp_path / "private-fifo")
+    for target, sentence in (((tmp_path / "private-dir").as_uri(), "something other than a file"),
+                             ((tmp_path / "private-fifo").as_uri(), "something other than a file"),
+                             ((tmp_path / "private-dir").as_uri() + "/%00.ics", "could not be read: ValueError")):
+        monkeypatch.setenv("SITE_CALENDAR_ICS_URL", target)
+        started = time.monotonic()
+        with pytest.raises(FeedError, match=sentence) as caught:
+            run_calendar(settings_for(tmp_path, calendar_timeout=30.0), now=NOW)
+        assert time.monotonic() - started < 10 and "private" not in str(caught.value), target
+    (tmp_path / "cal.ics").write_text(OWNER_CALENDAR)
+    monkeypatch.setenv("SITE_CALENDAR_ICS_URL", "file://LOCALHOST" + str(tmp_path / "cal.ics"))
+    assert "8 busy intervals" in run_calendar(settings_for(tmp_path), now=NOW)
 
 
 @pytest.mark.parametrize("where, sentence", [("file://calendar.example/private.ics", "absolute path on this machine"),

@@ -8,7 +8,6 @@ import io
 import json
 import re
 import shutil
-import re
 import time
 from urllib.parse import parse_qsl, unquote
 

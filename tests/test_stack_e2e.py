@@ -32,7 +32,8 @@ from conftest import ROOT, Client
 from feeds_servers import USER_AGENTS, make_settings
 from servers import accepts, open_stream, read_until, running, serve_wsgi
 from siteapi import db, demo_photos, ingest, photos
-from siteapi.stack import datasette_command, watch
+from siteapi.stack import commands_and_env, datasette_command, watch
+from siteapi.feeds.coffee import DEMO_CALENDAR
 from siteapi.feeds.ledger import ledger, run_ledger
 
 CADDY = shutil.which("caddy")
@@ -305,6 +306,38 @@ def test_make_run_without_caddy_or_calendar_offers_a_demo_week_and_says_the_ledg
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=60)
+
+
+def test_make_runs_environment_fills_in_only_what_the_owner_left_unset(tmp_path, monkeypatch):
+    """The demo week stands in for a calendar unset or set empty, never for the owner's; the ledger
+    is unconfigured without Caddy unless an access log is named."""
+    settings = make_settings(tmp_path)
+    ports = {"app": 1, "datasette": 2, "caddy": 3}
+    for unset in (None, "", "  "):
+        if unset is None:
+            monkeypatch.delenv("SITE_CALENDAR_ICS_URL", raising=False)
+        else:
+            monkeypatch.setenv("SITE_CALENDAR_ICS_URL", unset)
+        monkeypatch.delenv("SITE_ACCESS_LOG", raising=False)
+        _, env = commands_and_env(settings, ports, None)
+        assert env["SITE_CALENDAR_ICS_URL"] == DEMO_CALENDAR.as_uri() and env["SITE_ACCESS_LOG"] == ""
+    monkeypatch.setenv("SITE_CALENDAR_ICS_URL", "https://calendar.example/owner.ics")
+    monkeypatch.setenv("SITE_ACCESS_LOG", "/var/log/other.log")
+    _, env = commands_and_env(settings, ports, None)
+    assert env["SITE_CALENDAR_ICS_URL"] == "https://calendar.example/owner.ics"
+    assert env["SITE_ACCESS_LOG"] == "/var/log/other.log"
+
+
+def test_make_run_prints_no_addresses_when_a_process_stops_before_they_answer(tmp_path):
+    """A Caddy that exits at once: make run says it stopped and stops the rest, without first
+    printing addresses that do not answer."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "caddy").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "bin" / "caddy").chmod(0o755)
+    env = {**stack_env(tmp_path, stack_ports()), "PATH": str(tmp_path / "bin")}
+    code, out = stack_until_it_exits(env)
+    assert code == 1 and "caddy stopped; stopping the rest" in out, out
+    assert "  app        http://" not in out and "Ctrl-C stops everything" not in out, out
 
 
 def test_datasette_as_systemd_runs_it_exits_to_be_started_on_a_rebuilt_site_db(tmp_path):

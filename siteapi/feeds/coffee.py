@@ -30,8 +30,10 @@ import json
 import math
 import resource
 import sqlite3
+import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -354,26 +356,44 @@ def feed_url(settings) -> str:
     return url
 
 
-def read_ics_file(url: str) -> bytes:
-    """The calendar at a file:// address: an absolute path on this machine (no other host)."""
+def read_ics_file(url: str, timeout: float) -> bytes:
+    """The calendar at a file:// address: a regular file by its absolute path on this machine (no
+    other host), read within `timeout` seconds. The read runs in a thread of its own: a stalled
+    mount would otherwise hold the job, and its lock, for good."""
     parts = urlsplit(url)
     path = Path(url2pathname(parts.path))
-    if parts.netloc not in ("", "localhost") or not path.is_absolute():
+    if parts.netloc.lower() not in ("", "localhost") or not path.is_absolute():
         raise FeedError("SITE_CALENDAR_ICS_URL names a file by its absolute path on this machine, "
                         "e.g. file:///home/owner/calendar.ics.")
-    try:
-        with path.open("rb") as ics:
-            body = ics.read(MAX_FEED_BYTES + 1)
-    except OSError as exc:
-        raise FeedError(f"The calendar file could not be read: {exc.__class__.__name__}.") from None
-    if len(body) > MAX_FEED_BYTES:
+    outcome: dict = {}
+
+    def read() -> None:
+        try:
+            # before opening: a FIFO's open would wait for a writer
+            if not stat.S_ISREG(path.stat().st_mode):
+                raise FeedError("SITE_CALENDAR_ICS_URL names something other than a file; name the calendar file.")
+            with path.open("rb") as ics:
+                outcome["body"] = ics.read(MAX_FEED_BYTES + 1)
+        except FeedError as exc:
+            outcome["error"] = exc
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+            outcome["error"] = FeedError(f"The calendar file could not be read: {exc.__class__.__name__}.")
+
+    reader = threading.Thread(target=read, name="calendar-file", daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():
+        raise FeedError(f"The calendar file was not read within {timeout:g} seconds; is its disk or mount stalled?")
+    if "error" in outcome:
+        raise outcome["error"]
+    if len(outcome["body"]) > MAX_FEED_BYTES:
         raise FeedError(f"The calendar file is larger than {MAX_FEED_BYTES} bytes.")
-    return body
+    return outcome["body"]
 
 
 def fetch_ics(url: str, timeout: float) -> bytes:
     if url[:5].lower() == "file:":
-        return read_ics_file(url)
+        return read_ics_file(url, timeout)
     deadline = time.monotonic() + timeout
     try:
         with session() as http, time_limit(deadline, "The calendar feed"), \
