@@ -62,13 +62,15 @@ CREATE TABLE IF NOT EXISTS site_files (
 markdown = MarkdownIt("commonmark", {"typographer": False}).enable("table")
 # Part of every page's hash: bump it when plain_text() changes, so the next content run re-reads every
 # page (and the ranker re-embeds it) instead of keeping text made the old way until the file changes.
-TEXT_EXTRACTION = "text-v2"
+TEXT_EXTRACTION = "text-v3"
 _TAGS = re.compile(r"<[^>]+>")
 # Tags inside a line of text (a link, emphasis, code): they join what is around them, so a link
 # before a full stop does not leave "carburetors ." in the text; any other tag is a break between words.
 _INLINE_TAG = re.compile(r"</?(?:a|abbr|b|cite|code|del|dfn|em|i|ins|kbd|mark|q|s|samp|small|span|strong|sub|sup"
                          r"|time|u|var)\b", re.I)
 _SPACE = re.compile(r"\s+")
+_BLOCK_END = "\x00"  # what a block's tag leaves until the spaces are made one (markdown-it writes no NUL)
+_BLOCK_ENDS = re.compile(r" ?\x00[\x00 ]*")
 # What no page's URL can hold: a query or fragment, white space and controls, an empty or dot segment,
 # and '%', since a request's %-escapes are decoded before its path is looked up.
 _UNSERVABLE_PATH = re.compile(r"[?#%\\\s\x00-\x1f\x7f]|//|/\.\.?(?:/|$)")
@@ -121,7 +123,7 @@ class Page:
 
 
 def _tag_gap(tag: re.Match) -> str:
-    return "" if _INLINE_TAG.match(tag.group()) else " "
+    return "" if _INLINE_TAG.match(tag.group()) else _BLOCK_END
 
 
 def plain_text(markdown_body: str) -> str:
@@ -129,7 +131,10 @@ def plain_text(markdown_body: str) -> str:
     # A tag ends at the first '>' after its '<'; past the last '>' no tag can end, and leaving that tail
     # out of the search keeps it linear: raw HTML of 50,000 '<!--' made every '<' scan to the end (6 s).
     end = rendered.rfind(">") + 1
-    return _SPACE.sub(" ", html.unescape(_TAGS.sub(_tag_gap, rendered[:end]) + rendered[end:])).strip()
+    joined = _SPACE.sub(" ", html.unescape(_TAGS.sub(_tag_gap, rendered[:end]) + rendered[end:]))
+    # One line break where blocks part (a heading, a paragraph, a list item, a table cell), so that
+    # snippets can show where a heading ends; the model's tokenizer and FTS5 read it as a space.
+    return _BLOCK_ENDS.sub("\n", joined).strip()
 
 
 def read_text(file: Path, rel: str) -> str:

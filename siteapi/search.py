@@ -23,6 +23,7 @@ page post site photo photos shot
 # which outweighs a body hit.
 WEIGHTS = (10.0, 4.0, 1.0)
 SNIPPET_BEFORE, SNIPPET_LENGTH = 70, 220
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?:;])\n")
 # Control characters, and lone surrogates a JSON body can carry as \u escapes (no tokenizer or
 # encoder takes them), become one space.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
@@ -90,9 +91,17 @@ def stems_pattern(words: list[str]) -> re.Pattern:
     return re.compile(r"\b(?:" + "|".join(map(re.escape, stems)) + ")")
 
 
+def shown(text: str) -> str:
+    """A page's text as its snippets show it: a line break (where two blocks part) is a space after
+    a sentence's end, else " · "."""
+    return _SENTENCE_BREAK.sub(" ", text).replace("\n", " · ")
+
+
 def snippet(text: str, pattern: re.Pattern) -> str:
     """At most 220 chars from about 70 before the earliest match of a term (or its stem), with … on
-    cut sides; a cut falls between words, never inside one."""
+    cut sides; a cut falls between words, never inside one. The text is `shown`: a heading no longer
+    runs into the sentence after it ("Rate limiting · To keep the API fair")."""
+    text = shown(text)
     match = pattern.search(fold(text))
     start = max(0, match.start() - SNIPPET_BEFORE) if match else 0
     if start > 0 and not text[start - 1].isspace():
@@ -102,7 +111,7 @@ def snippet(text: str, pattern: re.Pattern) -> str:
     if end < len(text) and not text[end].isspace():
         space = text.rfind(" ", start, end)
         end = space if space > (match.end() if match else start) else end
-    piece = text[start:end].strip()
+    piece = text[start:end].strip(" ·")  # a window cut beside a block's end keeps no dangling " · "
     return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")
 
 

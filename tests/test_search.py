@@ -53,7 +53,7 @@ def test_snippets_are_cut_between_words(api, site_settings):
     for q in ("valve clearances", "carburetor jets", "coffee", "robots", "grain", "news"):
         for result in api.get("/search.json", params={"q": q}).json()["results"]:
             snippet, path = result["snippet"], result["url"].removeprefix(site_settings.public_base_url) or "/"
-            text = conn.execute("SELECT text FROM pages WHERE path = ?", (path,)).fetchone()["text"]
+            text = search.shown(conn.execute("SELECT text FROM pages WHERE path = ?", (path,)).fetchone()["text"])
             inner = snippet.removeprefix("…").removesuffix("…")
             at = text.find(inner)
             assert at != -1 and len(snippet) <= 222, snippet
@@ -63,6 +63,17 @@ def test_snippets_are_cut_between_words(api, site_settings):
                 assert text[at + len(inner)].isspace(), snippet
             cut += snippet.startswith("…") + snippet.endswith("…")
     assert cut >= 10
+
+
+def test_a_heading_does_not_run_into_the_sentence_after_it(api):
+    """A heading, a list item or a table cell ends where the next block starts: the snippet shows
+    " · " there (a paragraph ending a sentence needs nothing); the words themselves are the page's."""
+    snippets = [r["snippet"] for q in ("rate limiting", "needle clip", "recently")
+                for r in api.get("/search.json", params={"q": q}).json()["results"]]
+    assert any("Rate limiting · To keep the API fair" in s for s in snippets), snippets
+    assert any("Needle clip · 3rd groove · 3rd groove · Float height · 22 mm" in s for s in snippets), snippets
+    assert any("Recently · The latest garage note" in s for s in snippets), snippets
+    assert not any(". · " in s or s.startswith(("· ", "…·")) or s.endswith(("·", "·…")) for s in snippets), snippets
 
 
 def test_limit_below_one_is_clamped_to_one(api):
