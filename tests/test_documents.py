@@ -255,6 +255,35 @@ def test_openapi_has_no_key_without_a_value(api):
     assert list(strays(api.get("/openapi.json").json(), "")) == []
 
 
+def test_openapi_schemas_are_plain_enough_for_client_generators(api):
+    """What client generators trip on though the document is valid (audit client22): a `const`
+    without its `type` (openapi-python-client wrote a file that does not parse), an array without
+    `items` (the schema dropped), null inside an enum (three enum classes for one field; a named enum
+    and `anyOf` with null instead), a `required` name with no property (an empty type)."""
+    found = []
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            if "const" in node and "type" not in node:
+                found.append(f"{where}: const without type")
+            types = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
+            if "array" in types and "items" not in node and "prefixItems" not in node:
+                found.append(f"{where}: array without items")
+            if None in node.get("enum", ()):
+                found.append(f"{where}: null in an enum")
+            if isinstance(node.get("required"), list):  # a parameter's `required` is a boolean
+                found.extend(f"{where}: required {name} is no property" for name in node["required"]
+                             if name not in node.get("properties", {}))
+            for key, value in node.items():
+                walk(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for n, value in enumerate(node):
+                walk(value, f"{where}/{n}")
+
+    walk(api.get("/openapi.json").json(), "")
+    assert found == []
+
+
 def test_both_ask_dialects_are_listed_in_llms_txt_the_catalog_and_the_guide(api):
     ask_lines = [line for line in api.get("/llms.txt").text.splitlines()
                  if "(https://aadhar.sh/ask?" in line or "(https://aadhar.sh/developers#askSite" in line]
