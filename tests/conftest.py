@@ -108,6 +108,39 @@ class OpenApiChecker:
                                  format_checker=Draft202012Validator.FORMAT_CHECKER).validate(data)
             self.checked.append((path, f"event {event}"))
 
+    def unnamed(self, method: str, path: str, response: requests.Response) -> list[str]:
+        """Where the JSON body has a field its documented schema does not name (no schema forbids
+        one, so validation passes, but a typed client cannot see it): JSON pointers."""
+        schema = self.schema_for(path, method, response.status_code, response.headers.get("Content-Type", ""))
+        return list(self._unnamed(schema, response.json(), ""))
+
+    def _branches(self, schema):
+        schema = self.resolve(schema)
+        yield schema
+        for key in ("allOf", "anyOf", "oneOf"):
+            for branch in schema.get(key, ()):
+                yield from self._branches(branch)
+
+    def _unnamed(self, schema, value, where):
+        branches = list(self._branches(schema))
+        if isinstance(value, dict):
+            named = {}
+            for branch in branches:
+                named.update(branch.get("properties", {}))
+            # free-form where a branch allows any other field or names none
+            free = any(b.get("additionalProperties", False) is not False or b.get("type") == "object" and "properties" not in b
+                       for b in branches)
+            for key, item in value.items():
+                if key in named:
+                    yield from self._unnamed(named[key], item, f"{where}/{key}")
+                elif not free:
+                    yield f"{where}/{key}"
+        elif isinstance(value, list):
+            for branch in branches:
+                if "items" in branch:
+                    for n, item in enumerate(value):
+                        yield from self._unnamed(branch["items"], item, f"{where}/{n}")
+
     def resolve(self, node):
         while isinstance(node, dict) and "$ref" in node:
             node = self.lookup(node["$ref"])

@@ -469,6 +469,21 @@ def test_agent_card_and_skills_list_the_mcp_tools(api):
     assert "served over MCP only" in api.get("/.well-known/agent-skills/representation-capture/SKILL.md").text
 
 
+def test_the_json_documents_name_every_field_they_send(api, checker):
+    """Typed clients see only what the schema names (audit client22 #13): the catalog's links, the
+    agent card's A2A fields, the server card's serverInfo, the resume's entries."""
+    for path in ("/.well-known/api-catalog", "/.well-known/agent-card.json", "/.well-known/mcp/server-card.json",
+                 "/mcp/server-card", "/.well-known/agent-skills/index.json", "/.well-known/http-message-signatures-directory",
+                 "/resume.json"):
+        r = api.get(path)
+        assert r.status_code == 200 and checker.checked[-1] == (path, 200)
+        assert checker.unnamed("GET", path, r) == [], path
+    catalog = api.get("/.well-known/api-catalog").json()["linkset"]
+    assert all(entry["service-desc"] and entry["service-doc"] for entry in catalog)
+    card = api.get("/.well-known/agent-card.json").json()
+    assert {"protocolVersion", "description", "capabilities", "provider", "defaultInputModes"} <= set(card)
+
+
 DOCUMENTS = ["/llms.txt", "/llms-full.txt", "/robots.txt", "/sitemap.xml", "/.well-known/api-catalog", "/openapi.json",
              "/developers", "/developers.md", "/resume.json", "/resume.md", "/.well-known/agent-card.json",
              "/.well-known/agent-skills/index.json", "/.well-known/agent-skills/search-site/SKILL.md",

@@ -20,7 +20,7 @@ from test_mcp import tool_call, tools_by_name
 from tests.feeds_servers import FirmServer, IcsServer, SpotifyServer, make_settings
 
 
-def test_errors_before_any_job_ran(api):
+def test_errors_before_any_job_ran(api, checker):
     tracks = api.get("/rn/tracks")
     assert tracks.status_code == 503 and tracks.json()["code"] == "no_playlist" and tracks.json()["tracks"] == []
     pending = api.get("/around/json")
@@ -30,6 +30,11 @@ def test_errors_before_any_job_ran(api):
     assert "bookingUrl" in coffee.json()
     ledger = api.get("/ledger.json")
     assert ledger.status_code == 502 and ledger.json()["code"] == "upstream_failed"
+    # every field of these bodies is one the document names (Pending's `docs` included)
+    assert "docs" in pending.json()
+    for path, r in (("/rn/tracks", tracks), ("/around/json", pending), ("/coffee/availability.json", coffee),
+                    ("/ledger.json", ledger)):
+        assert checker.unnamed("GET", path, r) == [], path
 
 
 def test_feeds_answer_in_their_own_shape_before_site_db_exists(tmp_path, checker):

@@ -304,6 +304,15 @@ def test_redirects_stop_after_five_hops(shop_api, tmp_path):
     assert fetcher_from_settings(make_settings(tmp_path)).max_redirects == 5
 
 
+def test_a_comparison_whose_side_fails_is_a_502_naming_the_side(shop_api, checker):
+    api, web = shop_api
+    r = api.get("/lens/compare.json", params={"left": web.url("/chain/5"), "right": web.url("/chain/6")},
+                headers={"X-Forwarded-For": "198.51.100.30"})
+    assert r.status_code == 502 and r.json()["side"] == "right" and checker.checked[-1] == ("/lens/compare.json", 502)
+    assert r.json()["error"] == "The right URL could not be inspected: the site redirected more than 5 times."
+    assert checker.unnamed("GET", "/lens/compare.json", r) == []
+
+
 def test_bot_views_read_two_kilobytes(shop_api):
     api, web = shop_api
     views = full_scan(api, web.url("/big"), bot_views=True)["botViews"]
