@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 from markdown_it import MarkdownIt
 
-from siteapi import db, ranker
+from siteapi import db, openapi, ranker
 
 KINDS = ("page", "writing", "document", "utility")
 
@@ -325,6 +325,9 @@ def read_resume(root: Path) -> str | None:
     if not isinstance(resume, dict):
         raise ContentError("resume.json must be one JSON object (a JSON Resume), not a "
                            f"{type(resume).__name__}.")
+    # /resume.json serves the file as it is: one that breaks the Resume /openapi.json promises is refused
+    if problem := openapi.mismatch("Resume", resume):
+        raise ContentError(f"resume.json is not a JSON Resume as /openapi.json describes it, {problem}.")
     return text
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
 
 SOURCE = Path(__file__).with_name("openapi.yaml")
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -170,6 +172,17 @@ def guide_markdown(settings, intro: str = "") -> str:
             out.append("")
         out += ["```sh", curl_example(settings, path, method, op), "```", ""]
     return "\n".join(out)
+
+
+def mismatch(schema_name: str, value) -> str | None:
+    """Where and how `value` breaks the document's `schema_name` (its first error: "at work[0].startDate:
+    2019 is not of type 'string'"), or None when it matches."""
+    validator = Draft202012Validator({"$ref": f"#/components/schemas/{schema_name}", "components": load()["components"]})
+    error = best_match(validator.iter_errors(value))
+    if error is None:
+        return None
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path).lstrip(".")
+    return f"at {where or 'the top level'}: {error.message}"
 
 
 def resolve(doc: dict, ref: str) -> dict:

@@ -158,6 +158,25 @@ def test_a_resume_that_is_not_one_object_keeps_the_last_good_one(tmp_path):
     assert stored == (ROOT / "content" / "resume.json").read_text()
 
 
+@pytest.mark.parametrize("body, where", [
+    ('{"basics": {"name": "Someone Else"}, "work": [{"name": "Acme", "startDate": 2019}]}',
+     "at work[0].startDate: 2019 is not of type 'string'"),
+    ('{"work": []}', "at the top level: 'basics' is a required property"),
+])
+def test_a_resume_the_document_does_not_describe_keeps_the_last_good_one(tmp_path, body, where):
+    """/resume.json serves the file as it is: one that breaks /openapi.json's Resume is refused,
+    with where and how, and the last good one stays."""
+    content = copy_content(tmp_path)
+    settings = make_settings(tmp_path, content_dir=content)
+    assert jobs.run_job(settings, "content")[0]
+    (content / "resume.json").write_text(body)
+    ok, error = jobs.run_job(settings, "content")
+    assert not ok and f"resume.json is not a JSON Resume as /openapi.json describes it, {where}." in error, error
+    conn = db.connect(settings.db_path, readonly=True)
+    stored = conn.execute("SELECT body FROM site_files WHERE name = 'resume.json'").fetchone()["body"]
+    assert stored == (ROOT / "content" / "resume.json").read_text()
+
+
 def test_a_resume_the_owner_removes_is_no_longer_served(tmp_path, checker):
     content = copy_content(tmp_path)
     settings = make_settings(tmp_path, content_dir=content)
