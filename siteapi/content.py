@@ -62,13 +62,15 @@ CREATE TABLE IF NOT EXISTS site_files (
 markdown = MarkdownIt("commonmark", {"typographer": False}).enable("table")
 # Part of every page's hash: bump it when plain_text() changes, so the next content run re-reads every
 # page (and the ranker re-embeds it) instead of keeping text made the old way until the file changes.
-TEXT_EXTRACTION = "text-v3"
+TEXT_EXTRACTION = "text-v4"
 _TAGS = re.compile(r"<[^>]+>")
 # Tags inside a line of text (a link, emphasis, code): they join what is around them, so a link
 # before a full stop does not leave "carburetors ." in the text; any other tag is a break between words.
 _INLINE_TAG = re.compile(r"</?(?:a|abbr|b|cite|code|del|dfn|em|i|ins|kbd|mark|q|s|samp|small|span|strong|sub|sup"
                          r"|time|u|var)\b", re.I)
 _SPACE = re.compile(r"\s+")
+# Tags that end no block though they are not inline text: an image, a word-break hint, a comment.
+_SPACE_TAG = re.compile(r"<(?:img|wbr)\b|<!--", re.I)
 _BLOCK_END = "\x00"  # what a block's tag leaves until the spaces are made one (markdown-it writes no NUL)
 _BLOCK_ENDS = re.compile(r" ?\x00[\x00 ]*")
 # What no page's URL can hold: a query or fragment, white space and controls, an empty or dot segment,
@@ -123,7 +125,9 @@ class Page:
 
 
 def _tag_gap(tag: re.Match) -> str:
-    return "" if _INLINE_TAG.match(tag.group()) else _BLOCK_END
+    if _INLINE_TAG.match(tag.group()):
+        return ""
+    return " " if _SPACE_TAG.match(tag.group()) else _BLOCK_END
 
 
 def plain_text(markdown_body: str) -> str:
@@ -326,7 +330,11 @@ def read_resume(root: Path) -> str | None:
         raise ContentError("resume.json must be one JSON object (a JSON Resume), not a "
                            f"{type(resume).__name__}.")
     # /resume.json serves the file as it is: one that breaks the Resume /openapi.json promises is refused
-    if problem := openapi.mismatch("Resume", resume):
+    try:
+        problem = openapi.mismatch("Resume", resume)
+    except RecursionError:  # json reads a little deeper than the validator walks
+        problem = "nested too deeply to check (a JSON Resume needs a few levels)"
+    if problem:
         raise ContentError(f"resume.json is not a JSON Resume as /openapi.json describes it, {problem}.")
     return text
 

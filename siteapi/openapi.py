@@ -174,15 +174,29 @@ def guide_markdown(settings, intro: str = "") -> str:
     return "\n".join(out)
 
 
+JSON_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "true or false", int: "a number",
+              float: "a number", type(None): "null"}
+SCHEMA_KINDS = {"object": "an object", "array": "an array", "string": "a string", "number": "a number",
+                "integer": "a whole number", "boolean": "true or false", "null": "null"}
+
+
 def mismatch(schema_name: str, value) -> str | None:
-    """Where and how `value` breaks the document's `schema_name` (its first error: "at work[0].startDate:
-    2019 is not of type 'string'"), or None when it matches."""
+    """Where and how `value` breaks the document's `schema_name`, in JSON's words ("at
+    work[0].startDate: a number where a string belongs"), by jsonschema's most relevant error; None
+    when it matches."""
     validator = Draft202012Validator({"$ref": f"#/components/schemas/{schema_name}", "components": load()["components"]})
     error = best_match(validator.iter_errors(value))
     if error is None:
         return None
     where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path).lstrip(".")
-    return f"at {where or 'the top level'}: {error.message}"
+    if error.validator == "type":
+        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        how = f"{JSON_KINDS.get(type(error.instance), 'a value')} where {' or '.join(map(SCHEMA_KINDS.get, wanted))} belongs"
+    elif error.validator == "required":
+        how = "; ".join(f"{name} is missing" for name in error.validator_value if name not in error.instance)
+    else:  # the message quotes the value: cut short, as a file's value can be long
+        how = error.message if len(error.message) <= 160 else error.message[:160] + "…"
+    return f"at {where or 'the top level'}: {how}"
 
 
 def resolve(doc: dict, ref: str) -> dict:

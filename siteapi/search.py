@@ -23,7 +23,7 @@ page post site photo photos shot
 # which outweighs a body hit.
 WEIGHTS = (10.0, 4.0, 1.0)
 SNIPPET_BEFORE, SNIPPET_LENGTH = 70, 220
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?:;])\n")
+_SENTENCE_BREAK = re.compile(r"(?:(?<=[.!?:;])|(?<=[.!?:;][\"'”’)\]]))\n")  # a sentence ended, maybe in a quote
 # Control characters, and lone surrogates a JSON body can carry as \u escapes (no tokenizer or
 # encoder takes them), become one space.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]+")

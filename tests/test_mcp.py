@@ -213,6 +213,8 @@ def test_ask_takes_prev_as_an_array_or_a_string(api):
     properties = tools_by_name(api)["ask"]["inputSchema"]["properties"]
     assert properties["prev"]["type"] == ["string", "array"] and properties["prev"]["items"] == {"type": "string"}
     assert "mode" not in properties and "limit" not in properties  # list is the one mode served; top_k is the count
+    # the tool answers one JSON body whatever: no advice to pass a streaming it refuses
+    assert "streaming" not in properties and "streaming=" not in tools_by_name(api)["ask"]["description"]
 
 
 @pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25"])

@@ -76,6 +76,15 @@ def test_a_heading_does_not_run_into_the_sentence_after_it(api):
     assert not any(". · " in s or s.startswith(("· ", "…·")) or s.endswith(("·", "·…")) for s in snippets), snippets
 
 
+@pytest.mark.parametrize("text, shown", [
+    ("Rate limiting\nTo keep it fair.\nNext one.", "Rate limiting · To keep it fair. Next one."),
+    ('She said "Stop."\nThen (quietly.)\nDone', 'She said "Stop." Then (quietly.) Done'),
+    ("a\nb", "a · b"),
+])
+def test_a_block_break_shows_as_a_dot_unless_a_sentence_ended(text, shown):
+    assert search.shown(text) == shown
+
+
 def test_limit_below_one_is_clamped_to_one(api):
     assert api.get("/search.json?q=camera&limit=0").json()["returned"] == 1
     assert api.get("/search.json?q=camera&limit=-4").json()["returned"] == 1

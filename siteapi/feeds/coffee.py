@@ -383,7 +383,7 @@ def read_ics_file(url: str, timeout: float) -> bytes:
     reader.start()
     reader.join(timeout)
     if reader.is_alive():
-        raise FeedError(f"The calendar file was not read within {timeout:g} seconds; is its disk or mount stalled?")
+        raise FeedError(f"The calendar file was not read within {timeout:g} s; is its disk or mount stalled?")
     if "error" in outcome:
         raise outcome["error"]
     if len(outcome["body"]) > MAX_FEED_BYTES:
