@@ -128,8 +128,9 @@ class OpenApiChecker:
             for branch in branches:
                 named.update(branch.get("properties", {}))
             # free-form where a branch allows any other field or names none
-            free = any(b.get("additionalProperties", False) is not False or b.get("type") == "object" and "properties" not in b
-                       for b in branches)
+            free = any(b.get("additionalProperties", False) is not False
+                       or "object" in (b.get("type") if isinstance(b.get("type"), list) else [b.get("type")])
+                       and "properties" not in b for b in branches)
             for key, item in value.items():
                 if key in named:
                     yield from self._unnamed(named[key], item, f"{where}/{key}")

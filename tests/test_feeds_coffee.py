@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import pathlib
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from zoneinfo import ZoneInfo
 
@@ -380,6 +382,29 @@ def test_a_calendar_address_naming_no_regular_file_is_refused_at_once(tmp_path, 
     (tmp_path / "cal.ics").write_text(OWNER_CALENDAR)
     monkeypatch.setenv("SITE_CALENDAR_ICS_URL", "file://LOCALHOST" + str(tmp_path / "cal.ics"))
     assert "8 busy intervals" in run_calendar(settings_for(tmp_path), now=NOW)
+
+
+def test_a_calendar_file_read_that_stalls_fails_at_the_calendar_timeout(tmp_path, monkeypatch):
+    """A stalled disk or mount (here, the file system's read made to hang): the job gives up at its
+    timeout, with a sentence, instead of holding its lock for ever."""
+    ics = tmp_path / "private.ics"
+    ics.write_text(OWNER_CALENDAR)
+    real_open, released = pathlib.Path.open, threading.Event()
+
+    def stalled_open(self, *args, **kwargs):
+        if self == ics:
+            released.wait(30)
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "open", stalled_open)
+    monkeypatch.setenv("SITE_CALENDAR_ICS_URL", ics.as_uri())
+    started = time.monotonic()
+    try:
+        with pytest.raises(FeedError, match=r"not read within 1 s; is its disk or mount stalled\?") as caught:
+            run_calendar(settings_for(tmp_path, calendar_timeout=1.0), now=NOW)
+    finally:
+        released.set()
+    assert time.monotonic() - started < 10 and "private" not in str(caught.value)
 
 
 @pytest.mark.parametrize("where, sentence", [("file://calendar.example/private.ics", "absolute path on this machine"),
