@@ -73,6 +73,7 @@ _SPACE = re.compile(r"\s+")
 _SPACE_TAG = re.compile(r"<(?:img|wbr)\b|<!--", re.I)
 _BLOCK_END = "\x00"  # what a block's tag leaves until the spaces are made one (markdown-it writes no NUL)
 _BLOCK_ENDS = re.compile(r" ?\x00[\x00 ]*")
+_SENTENCE_BREAK = re.compile(r"(?:(?<=[.!?:;])|(?<=[.!?:;][\"'”’)\]]))\n")  # a sentence ended, maybe in a quote
 # What no page's URL can hold: a query or fragment, white space and controls, an empty or dot segment,
 # and '%', since a request's %-escapes are decoded before its path is looked up.
 _UNSERVABLE_PATH = re.compile(r"[?#%\\\s\x00-\x1f\x7f]|//|/\.\.?(?:/|$)")
@@ -139,6 +140,12 @@ def plain_text(markdown_body: str) -> str:
     # One line break where blocks part (a heading, a paragraph, a list item, a table cell), so that
     # snippets can show where a heading ends; the model's tokenizer and FTS5 read it as a space.
     return _BLOCK_ENDS.sub("\n", joined).strip()
+
+
+def shown(text: str) -> str:
+    """A page's text as a reader sees it run on (snippets, a description made from it): a line break
+    (where two blocks part) is a space after a sentence's end, else " · "."""
+    return _SENTENCE_BREAK.sub(" ", text).replace("\n", " · ")
 
 
 def read_text(file: Path, rel: str) -> str:
@@ -226,7 +233,7 @@ def parse_file(file: Path, root: Path) -> Page:
     return Page(
         path=path,
         title=one_line(meta["title"])[:140],
-        description=one_line(meta.get("description") or text[:240])[:240],
+        description=one_line(meta.get("description") or shown(text)[:240])[:240],
         kind=meta["kind"],
         date=date,
         body=body,

@@ -7,6 +7,7 @@ import unicodedata
 from urllib.parse import quote
 
 from siteapi import db
+from siteapi.content import shown
 from siteapi.pages import URL_SAFE
 from siteapi.web import ApiError, Reply, cached_json, clamp_int
 
@@ -23,7 +24,6 @@ page post site photo photos shot
 # which outweighs a body hit.
 WEIGHTS = (10.0, 4.0, 1.0)
 SNIPPET_BEFORE, SNIPPET_LENGTH = 70, 220
-_SENTENCE_BREAK = re.compile(r"(?:(?<=[.!?:;])|(?<=[.!?:;][\"'”’)\]]))\n")  # a sentence ended, maybe in a quote
 # Control characters, and lone surrogates a JSON body can carry as \u escapes (no tokenizer or
 # encoder takes them), become one space.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]+")
@@ -89,12 +89,6 @@ def stems_pattern(words: list[str]) -> re.Pattern:
     """Matches the start of any term's stem at a word boundary, in `fold`ed text."""
     stems = sorted({_stem(fold(w)) for w in words}, key=len, reverse=True)
     return re.compile(r"\b(?:" + "|".join(map(re.escape, stems)) + ")")
-
-
-def shown(text: str) -> str:
-    """A page's text as its snippets show it: a line break (where two blocks part) is a space after
-    a sentence's end, else " · "."""
-    return _SENTENCE_BREAK.sub(" ", text).replace("\n", " · ")
 
 
 def snippet(text: str, pattern: re.Pattern) -> str:

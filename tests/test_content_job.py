@@ -476,6 +476,13 @@ def test_inline_tags_join_their_words_and_blocks_part_them(body, text):
     assert plain_text(body) == text
 
 
+def test_a_description_made_from_the_text_does_not_run_a_heading_into_it(tmp_path):
+    (tmp_path / "pages").mkdir()
+    file = tmp_path / "pages" / "limits.md"
+    file.write_text("---\ntitle: Limits\nkind: page\npath: /limits\n---\n# Rate limiting\n\nTo keep it fair.\n")
+    assert parse_file(file, tmp_path).description == "Rate limiting · To keep it fair."
+
+
 def test_a_new_text_extraction_rereads_every_page(tmp_path):
     _, settings = small_site(tmp_path)
     ok, _ = jobs.run_job(settings, "content")

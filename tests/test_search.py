@@ -4,6 +4,7 @@ import re
 import pytest
 
 from siteapi import search
+from siteapi.content import shown
 from siteapi.search import MAX_TERMS, terms
 
 
@@ -33,16 +34,16 @@ def test_snippet_is_around_the_first_match(api):
     assert len(snippet) <= 222 and ("valve" in snippet.lower() or "clearance" in snippet.lower())
 
 
-@pytest.mark.parametrize("q, shown", [("bikes", "bike"), ("walks", "walk"), ("books", "book"), ("cafe", "café")])
-def test_the_snippet_shows_a_match_found_by_stem_or_without_its_accent(api, q, shown):
+@pytest.mark.parametrize("q, matched", [("bikes", "bike"), ("walks", "walk"), ("books", "book"), ("cafe", "café")])
+def test_the_snippet_shows_a_match_found_by_stem_or_without_its_accent(api, q, matched):
     """The index matches plurals by their porter stem and letters without their accents (unicode61):
     the snippet finds those matches too, rather than starting at the page's first word."""
     results = api.get("/search.json", params={"q": q, "limit": 50}).json()["results"]
     assert results
     for result in results:
-        if search.fold(shown) in search.fold(f"{result['title']} {result['description']}"):
+        if search.fold(matched) in search.fold(f"{result['title']} {result['description']}"):
             continue  # matched in the title or description, maybe not in the text
-        assert re.search(rf"\b{search.fold(shown)}", search.fold(result["snippet"])), (result["url"], result["snippet"])
+        assert re.search(rf"\b{search.fold(matched)}", search.fold(result["snippet"])), (result["url"], result["snippet"])
 
 
 def test_snippets_are_cut_between_words(api, site_settings):
@@ -53,7 +54,7 @@ def test_snippets_are_cut_between_words(api, site_settings):
     for q in ("valve clearances", "carburetor jets", "coffee", "robots", "grain", "news"):
         for result in api.get("/search.json", params={"q": q}).json()["results"]:
             snippet, path = result["snippet"], result["url"].removeprefix(site_settings.public_base_url) or "/"
-            text = search.shown(conn.execute("SELECT text FROM pages WHERE path = ?", (path,)).fetchone()["text"])
+            text = shown(conn.execute("SELECT text FROM pages WHERE path = ?", (path,)).fetchone()["text"])
             inner = snippet.removeprefix("…").removesuffix("…")
             at = text.find(inner)
             assert at != -1 and len(snippet) <= 222, snippet
@@ -76,13 +77,13 @@ def test_a_heading_does_not_run_into_the_sentence_after_it(api):
     assert not any(". · " in s or s.startswith(("· ", "…·")) or s.endswith(("·", "·…")) for s in snippets), snippets
 
 
-@pytest.mark.parametrize("text, shown", [
+@pytest.mark.parametrize("text, seen", [
     ("Rate limiting\nTo keep it fair.\nNext one.", "Rate limiting · To keep it fair. Next one."),
     ('She said "Stop."\nThen (quietly.)\nDone', 'She said "Stop." Then (quietly.) Done'),
     ("a\nb", "a · b"),
 ])
-def test_a_block_break_shows_as_a_dot_unless_a_sentence_ended(text, shown):
-    assert search.shown(text) == shown
+def test_a_block_break_shows_as_a_dot_unless_a_sentence_ended(text, seen):
+    assert shown(text) == seen
 
 
 def test_limit_below_one_is_clamped_to_one(api):
