@@ -568,6 +568,13 @@ def test_what_no_image_file_answers_goes_to_the_app(stack, edge):
         expected = photos.ORIGINAL_CACHE if path.startswith("/images/full/") else photos.THUMBNAIL_CACHE
         assert got.status_code == 200 and got.headers["Cache-Control"] == expected, path
         assert got.headers["Access-Control-Allow-Origin"] == "*", path
+    # What the edge hands on reaches the app as it was sent: an escape (an original's slash as %2F,
+    # as generated clients send it) is not escaped again into a path that names nothing.
+    escaped = "/images/full%2F" + edge.get("/images/manifest.json").json()["photos"][0]["full"].rsplit("/", 1)[1]
+    assert requests.get(stack["edge"] + escaped, timeout=30).status_code == 200
+    assert requests.post(stack["edge"] + escaped, data=b"x", timeout=30).status_code == 405
+    assert requests.get(stack["edge"] + escaped, headers={"Range": "bytes=0-1,5-6"}, timeout=30).status_code == 200
+    assert requests.get(stack["edge"] + escaped, headers={"API-Version": "2"}, timeout=30).status_code == 400
 
 
 @needs_caddy
