@@ -73,7 +73,10 @@ _SPACE = re.compile(r"\s+")
 _SPACE_TAG = re.compile(r"<(?:img|wbr)\b|<!--", re.I)
 _BLOCK_END = "\x00"  # what a block's tag leaves until the spaces are made one (markdown-it writes no NUL)
 _BLOCK_ENDS = re.compile(r" ?\x00[\x00 ]*")
-_SENTENCE_BREAK = re.compile(r"(?:(?<=[.!?:;])|(?<=[.!?:;][\"'”’)\]]))\n")  # a sentence ended, maybe in a quote
+# A line break after a sentence's end, maybe inside a quote or brackets. The pattern starts at the
+# line break so that only line breaks are tried: a lookbehind tried at every character of every
+# result's text took a search 1.7 times as long.
+_SENTENCE_BREAK = re.compile(r"\n(?:(?<=[.!?:;]\n)|(?<=[.!?:;][\"'”’)\]]\n))")
 # What no page's URL can hold: a query or fragment, white space and controls, an empty or dot segment,
 # and '%', since a request's %-escapes are decoded before its path is looked up.
 _UNSERVABLE_PATH = re.compile(r"[?#%\\\s\x00-\x1f\x7f]|//|/\.\.?(?:/|$)")

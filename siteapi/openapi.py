@@ -191,7 +191,8 @@ def mismatch(schema_name: str, value) -> str | None:
     where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path).lstrip(".")
     if error.validator == "type":
         wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
-        how = f"{JSON_KINDS.get(type(error.instance), 'a value')} where {' or '.join(map(SCHEMA_KINDS.get, wanted))} belongs"
+        found, belongs = JSON_KINDS.get(type(error.instance), "a value"), " or ".join(map(SCHEMA_KINDS.get, wanted))
+        how = f"{found} where {belongs} belongs"
     elif error.validator == "required":
         how = "; ".join(f"{name} is missing" for name in error.validator_value if name not in error.instance)
     else:  # the message quotes the value: cut short, as a file's value can be long

@@ -268,8 +268,8 @@ SUGGEST_CHARS = 200  # SequenceMatcher is quadratic: a 200 KB path held a reques
 
 def suggest(path: str, known: dict[str, str], base_url: str, n: int = 3) -> list[str]:
     """The URLs of the closest real paths to `path` (`known`: each path and the request to give for
-    it, a path with an encoded query or a fragment), by similarity of the whole path and of its last segment (only their first SUGGEST_CHARS
-    count: no real path is longer)."""
+    it, a path with an encoded query or a fragment), by similarity of the whole path and of its last
+    segment (only their first SUGGEST_CHARS count: no real path is longer)."""
     trimmed = path.rstrip("/").lower()
     wanted = (trimmed or "/")[:SUGGEST_CHARS]
     tail = trimmed.rsplit("/", 1)[-1][:SUGGEST_CHARS]

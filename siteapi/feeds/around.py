@@ -395,8 +395,8 @@ def _result(row) -> dict:
 
 def report(conn: sqlite3.Connection) -> dict:
     """AroundReport of the latest crawl; ApiError 503 Pending (Retry-After a day) until one has succeeded."""
-    pending = ApiError(503, "No neighborhood snapshot exists yet: no crawl has succeeded so far; the crawl runs daily.", code="pending",
-                       headers={"Retry-After": "86400"}, pending=True, note=PENDING_NOTE)
+    pending = ApiError(503, "No neighborhood snapshot exists yet: no crawl has succeeded so far; the crawl runs daily.",
+                       code="pending", headers={"Retry-After": "86400"}, pending=True, note=PENDING_NOTE)
     try:
         crawl = conn.execute("SELECT * FROM around_crawls ORDER BY id DESC LIMIT 1").fetchone()
         rows = [] if crawl is None else conn.execute(
