@@ -195,9 +195,16 @@ def mismatch(schema_name: str, value) -> str | None:
         how = f"{found} where {belongs} belongs"
     elif error.validator == "required":
         how = "; ".join(f"{name} is missing" for name in error.validator_value if name not in error.instance)
+    elif error.validator == "pattern" and error.schema.get("description"):
+        wanted = error.schema["description"].rstrip(".")
+        how = f"{_quoted(error.instance)} is not {wanted[:1].lower() + wanted[1:]}"
     else:  # the message quotes the value: cut short, as a file's value can be long
         how = error.message if len(error.message) <= 160 else error.message[:160] + "…"
     return f"at {where or 'the top level'}: {how}"
+
+
+def _quoted(text: str) -> str:
+    return json.dumps(text if len(text) <= 40 else text[:40] + "…", ensure_ascii=False)
 
 
 def resolve(doc: dict, ref: str) -> dict:
