@@ -159,7 +159,7 @@ class OpenApiChecker:
             return
         schema = self.schema_for(path, method, response.status_code, content_type)
         if schema is None and response.status_code >= 400:  # an unknown path or unserved method: still an Error
-            schema = {"$ref": "#/components/schemas/Error"}
+            schema = {"$ref": "#/components/schemas/ApiError"}
         if schema is None:
             return
         Draft202012Validator({**schema, "components": self.doc["components"]},
