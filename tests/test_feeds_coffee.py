@@ -402,9 +402,18 @@ def test_a_calendar_file_read_that_stalls_fails_at_the_calendar_timeout(tmp_path
     try:
         with pytest.raises(FeedError, match=r"not read within 1 s; is its disk or mount stalled\?") as caught:
             run_calendar(settings_for(tmp_path, calendar_timeout=1.0), now=NOW)
+        # the next runs while it still hangs: told so at once, and no second thread waits beside it
+        for _ in range(3):
+            with pytest.raises(FeedError, match=r"last read has not returned yet"):
+                run_calendar(settings_for(tmp_path, calendar_timeout=1.0), now=NOW)
+        assert [t.name for t in threading.enumerate()].count("calendar-file") == 1
     finally:
         released.set()
     assert time.monotonic() - started < 10 and "private" not in str(caught.value)
+    for thread in threading.enumerate():
+        if thread.name == "calendar-file":
+            thread.join(5)
+    assert "8 busy intervals" in run_calendar(settings_for(tmp_path), now=NOW)  # the mount answers again
 
 
 @pytest.mark.parametrize("where, sentence", [("file://calendar.example/private.ics", "absolute path on this machine"),

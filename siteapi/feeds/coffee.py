@@ -356,6 +356,9 @@ def feed_url(settings) -> str:
     return url
 
 
+_stalled_reader: threading.Thread | None = None
+
+
 def read_ics_file(url: str, timeout: float) -> bytes:
     """The calendar at a file:// address: a regular file by its absolute path on this machine (no
     other host), read within `timeout` seconds. The read runs in a thread of its own: a stalled
@@ -379,10 +382,15 @@ def read_ics_file(url: str, timeout: float) -> bytes:
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
             outcome["error"] = FeedError(f"The calendar file could not be read: {exc.__class__.__name__}.")
 
+    global _stalled_reader
+    if _stalled_reader is not None and _stalled_reader.is_alive():
+        # one thread waits on a stalled mount, not one more every run
+        raise FeedError("The calendar file's last read has not returned yet; is its disk or mount stalled?")
     reader = threading.Thread(target=read, name="calendar-file", daemon=True)
     reader.start()
     reader.join(timeout)
     if reader.is_alive():
+        _stalled_reader = reader
         raise FeedError(f"The calendar file was not read within {timeout:g} s; is its disk or mount stalled?")
     if "error" in outcome:
         raise outcome["error"]
