@@ -384,7 +384,7 @@ def upgrade(path: Path) -> None:
     try:
         writer(path).close()
     except sqlite3.Error as exc:
-        log.warning("site.db at %s keeps its tables as they are (%s); the jobs bring them up to date", path, exc)
+        log.warning("%s Its tables stay as they are until the jobs bring them up to date.", storage_problem(path, exc))
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:

@@ -436,7 +436,7 @@ class Site:
             stored = error_cache if cacheable else NO_STORE
             return self._error(exc, error_fields, error_body, stored)
         except sqlite3.Error as exc:  # site.db missing, emptied, damaged or unreadable until the jobs rebuild it
-            log.error("site.db could not be read on %s %s: %s", method, request.path, exc)
+            log.error("On %s %s: %s", method, request.path, db.storage_problem(self.settings.db_path, exc))
             return self._error(ApiError(503, "The site's database cannot be read right now; try again in a minute.",
                                         code="storage_unavailable", headers={"Retry-After": "60"}), error_fields,
                                error_body)

@@ -432,9 +432,10 @@ def test_cache_control_per_endpoint(api):
     assert (deleted.status_code, deleted.headers["Cache-Control"]) == (405, "public, max-age=30, must-revalidate")
 
 
-def test_a_site_db_that_is_no_database_is_a_503_everywhere(tmp_path, checker):
+def test_a_site_db_that_is_no_database_is_a_503_everywhere(tmp_path, checker, caplog):
     """A damaged or half-restored site.db is the storage_unavailable 503 with Retry-After (it was a 500
-    on every endpoint that reads it), keeping each route's error fields; pages and 404s too."""
+    on every endpoint that reads it), keeping each route's error fields; pages and 404s too. The log
+    tells the owner what to do, as the jobs' does."""
     base_settings = make_settings(tmp_path)
     settings = make_settings(tmp_path, sections={**base_settings.sections,
                                                  "feeds": {**base_settings.section("feeds"), "playlist_id": "abc"}})
@@ -449,3 +450,6 @@ def test_a_site_db_that_is_no_database_is_a_503_everywhere(tmp_path, checker):
             checker.validate("GET", path.split("?")[0], r)
         assert requests.get(base + "/lens/census.json", timeout=30).json()["ok"] is False
         assert requests.get(base + "/rn/tracks", timeout=30).json()["tracks"] == []
+    told = [r.getMessage() for r in caplog.records if "could not be used" in r.getMessage()]
+    assert any(m.startswith("site.db (") and "Its tables stay as they are" in m for m in told), told  # at start
+    assert any(m.startswith("On GET /about: site.db (") and "restore a backup" in m for m in told), told
