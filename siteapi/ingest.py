@@ -316,7 +316,9 @@ def run_photos(settings) -> str:
                 row, data = None, None
                 try:
                     stat_key = _stat_key(path, sidecar)
-                    current = old is not None and old["extractor_version"] == EXTRACTOR_VERSION
+                    # a thumbnail lost since (images_dir emptied, moved, not in a backup) is made again
+                    current = (old is not None and old["extractor_version"] == EXTRACTOR_VERSION
+                               and all((images_dir / name).is_file() for name in _thumb_names(old)))
                     if not (current and old["stat_key"] == stat_key and old["file_name"] == path.name):
                         data = path.read_bytes()
                         sidecar_bytes = sidecar.read_bytes() if sidecar.exists() else b""
@@ -330,6 +332,8 @@ def run_photos(settings) -> str:
                             sidecar_text = sidecar_bytes.decode("utf-8-sig", "replace") if sidecar_bytes else None
                             row = build_row(path, data, sidecar_text, content_hash, stat_key, images_dir,
                                             old["uploaded"] if old else now, now)
+                            if old is not None and all(row[c] == old[c] for c in PHOTO_COLUMNS if c != "updated"):
+                                row["updated"] = old["updated"]  # only its thumbnails were made again
                             written |= _thumb_names(row)
                     if settings.originals_public and (row or not _copy_is_current(path, full_dir / path.name)):
                         copy = public_original(data if data is not None else path.read_bytes())

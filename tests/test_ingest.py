@@ -249,6 +249,26 @@ def test_rerun_changes_and_deletions(tmp_path):
     assert thumbnail_files(settings) == referenced
 
 
+def test_thumbnails_that_go_missing_are_made_again(tmp_path):
+    """A thumbnail deleted, or an images_dir lost (moved, emptied, not in the backup), is made again
+    by the next run, byte for byte, keeping the photo's row and upload date; the manifest never
+    names a file that is not there."""
+    settings = make_settings(tmp_path)
+    paths = demo_photos.generate(settings.photos_dir, count=3)
+    ingest.run_photos(settings)
+    before, files = rows(settings), {name: (settings.images_dir / name).read_bytes() for name in thumbnail_files(settings)}
+    lost = before[paths[0].stem]["thumb_small"]
+    (settings.images_dir / lost).unlink()
+    assert ingest.run_photos(settings) == "added 0, updated 1, removed 0, failed 0"
+    assert (settings.images_dir / lost).read_bytes() == files[lost]
+    shutil.rmtree(settings.images_dir)
+    assert ingest.run_photos(settings) == "added 0, updated 3, removed 0, failed 0"
+    assert {name: (settings.images_dir / name).read_bytes() for name in thumbnail_files(settings)} == files
+    assert rows(settings) == before
+    assert public_copies(settings) == {row["file_name"] for row in before.values()}
+    assert ingest.run_photos(settings) == "added 0, updated 0, removed 0, failed 0"
+
+
 def caption_vectors(settings) -> tuple[dict[str, tuple[str, bytes]], int]:
     """sha256 → (model, vector bytes), and the index generation."""
     conn = db.connect(settings.db_path, readonly=True)
