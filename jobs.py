@@ -5,7 +5,7 @@
     python jobs.py run NAME     run one job now and print its summary (exit 0 ok, 1 failed,
                                 75 not run: the job is already running in another process)
     python jobs.py list         list the jobs and their schedules
-    python jobs.py status       each job's last run: when, ok or failed, its summary or error
+    python jobs.py status       each job's last run: when, ok or failed, its summary or error; late if none since due
 
 Each job does its network and parsing outside any transaction, writes in one short transaction,
 and returns a summary line; a failure is recorded in `job_runs` and leaves the last good data.
@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from apscheduler.triggers.cron import CronTrigger
@@ -261,6 +261,7 @@ def status(settings: Settings) -> int:
     except sqlite3.Error as exc:
         print(f"jobs: {db.storage_problem(settings.db_path, exc)}", file=sys.stderr)
         return 1
+    now = datetime.now(timezone.utc)
     for name in JOBS:
         row = last.get(name)
         if row is None:
@@ -270,8 +271,23 @@ def status(settings: Settings) -> int:
         else:
             state = (f"ok {row['finished']}: {row['summary']}" if row["ok"] else
                      f"FAILED {row['finished']}: {row['error']}")
+            due = next_due(name, datetime.fromisoformat(row["started"]))
+            if now - due > LATE_AFTER:  # a run that could not record itself (a full disk) leaves no row
+                state = (f"{state} | no run recorded since, though one was due {due:%Y-%m-%dT%H:%M:%SZ}: is the "
+                         "scheduler running, and can it write site.db?")
         print(f"{name:{NAME_WIDTH}} {state}")
     return 0
+
+
+LATE_AFTER = timedelta(minutes=5)
+
+
+def next_due(name: str, started: datetime) -> datetime:
+    """When the scheduler runs `name` next after a run started at `started`."""
+    trigger = build_trigger(JOBS[name].trigger)
+    if isinstance(trigger, IntervalTrigger):
+        return started + trigger.interval
+    return trigger.get_next_fire_time(None, started + timedelta(seconds=1))
 
 
 def _unfinished(settings: Settings, name: str) -> str:

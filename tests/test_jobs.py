@@ -1,6 +1,6 @@
 """The scheduler's start: which cron jobs run at once because their schedule fired while the stack
 was down (or they never succeeded), and which wait for their next fire time."""
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -122,6 +122,28 @@ def test_status_shows_each_jobs_last_run(settings, capsys):
     assert "FAILED 2026-11-21T08:00:01Z: FeedError: no calendar" in lines["calendar"]
     assert "not finished: its process died" in lines["photos"] and "never run" in lines["census"]
     assert lines["around"].endswith("started 2026-11-21T08:00:00Z, running now")
+
+
+def test_status_says_when_a_job_has_recorded_no_run_since_one_was_due(settings, capsys):
+    """A run that cannot record itself (site.db's disk full) leaves the last recorded one on show:
+    status says when the next was due and has left no trace."""
+    conn = db.writer(settings.db_path)
+    with db.transaction(conn):
+        conn.executemany("INSERT INTO job_runs(name, started, finished, ok, summary) VALUES (?, ?, ?, 1, 'fine')", [
+            ("content", db.now_iso(3600), db.now_iso(3590)),  # every 10 minutes: late
+            ("photos", db.now_iso(60), db.now_iso(50)),  # every 15 minutes: not yet due
+            ("census", db.now_iso(3 * 86400), db.now_iso(3 * 86400 - 10)),  # Mondays: due within the week
+            ("lens-caches", db.now_iso(3600 + 240), db.now_iso(3600 + 230)),  # hourly: within five minutes of due
+        ])
+    conn.close()
+    assert jobs.status(settings) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "ok " in lines["content"] and "| no run recorded since, though one was due " in lines["content"]
+    assert "can it write site.db?" in lines["content"]
+    assert "no run recorded" not in lines["photos"] + lines["lens-caches"]
+    due = jobs.next_due("census", datetime.now(timezone.utc) - timedelta(days=3))
+    assert due.weekday() == 0 and (due.hour, due.minute) == (8, 17)
+    assert ("no run recorded" in lines["census"]) == (datetime.now(timezone.utc) - due > jobs.LATE_AFTER)
 
 
 def test_status_of_a_site_db_that_cannot_be_read_is_a_sentence(settings, capsys):
