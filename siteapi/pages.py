@@ -269,18 +269,23 @@ SUGGEST_CHARS = 200  # SequenceMatcher is quadratic: a 200 KB path held a reques
 def suggest(path: str, known: dict[str, str], base_url: str, n: int = 3) -> list[str]:
     """The URLs of the closest real paths to `path` (`known`: each path and the request to give for
     it, a path with an encoded query or a fragment), by similarity of the whole path and of its last
-    segment (only their first SUGGEST_CHARS count: no real path is longer)."""
+    segment (only their first SUGGEST_CHARS count: no real path is longer), with and without a
+    `.json` that clients add to guess an endpoint (/ask.json), and the endpoints under a path
+    (/lens.json, /lens: /lens/fetch and its neighbours) close behind an exact match."""
     trimmed = path.rstrip("/").lower()
-    wanted = (trimmed or "/")[:SUGGEST_CHARS]
-    tail = trimmed.rsplit("/", 1)[-1][:SUGGEST_CHARS]
+    asked = {(trimmed or "/")[:SUGGEST_CHARS], (trimmed.removesuffix(".json") or "/")[:SUGGEST_CHARS]}
+    under = tuple(p.rstrip("/") + "/" for p in asked if p.strip("/"))
 
     def score(candidate: str) -> float:
-        whole = difflib.SequenceMatcher(None, wanted, candidate.lower()).ratio()
-        last = difflib.SequenceMatcher(None, tail, candidate.lower().rsplit("/", 1)[-1]).ratio()
-        return max(whole, last)
+        candidate = candidate.lower()
+        last = candidate.rsplit("/", 1)[-1]
+        return max(0.9 if candidate.startswith(under) else 0, *(
+            max(difflib.SequenceMatcher(None, wanted, candidate).ratio(),
+                difflib.SequenceMatcher(None, wanted.rsplit("/", 1)[-1], last).ratio()) for wanted in asked))
 
     scores = {candidate: score(candidate) for candidate in known}
-    ranked = sorted(known, key=lambda c: (-scores[c], c))
+    # of equals, an endpoint that reads the request's own parameters (carried in its target) first
+    ranked = sorted(known, key=lambda c: (-scores[c], "?" not in known[c], c))
     picks = [known[c] for c in ranked if scores[c] >= 0.45][:n] or ["/", "/sitemap.xml"]
     # a page's path is percent-encoded here, not an endpoint's query (encoded already) nor the
     # fragment that names a section of the guide

@@ -44,6 +44,19 @@ def test_a_mistyped_endpoint_is_suggested_with_the_parameters_it_reads(api, site
     assert api.get("/around/change.json?limit=1&q=x").json()["suggestions"][0].endswith("/around/changes.json?limit=1")
 
 
+@pytest.mark.parametrize("path, wanted", [
+    ("/ask.json?query=carb", "/ask?query=carb"), ("/coffee.json", "/coffee/availability.json"),
+    ("/lens.json?url=https%3A%2F%2Fexample.com%2F", "/lens/fetch?url=https%3A%2F%2Fexample.com%2F"),
+    ("/mcp.json", "/developers#callMcp"), ("/photos/search.json?film=Acros", "/photos/query.json?film=Acros"),
+    ("/serch.json?q=jets", "/search.json?q=jets"),
+])
+def test_an_endpoint_guessed_with_json_or_by_its_folder_is_suggested(api, site_settings, path, wanted):
+    """Agents guess an endpoint by adding .json to its name or asking its folder: the endpoint is
+    among the suggestions (agent_audit23 #6: /ask.json got /around/json, /lens.json /ledger.json)."""
+    suggestions = api.get(path).json()["suggestions"]
+    assert site_settings.public_base_url + wanted in suggestions, suggestions
+
+
 def test_the_markdown_404_shows_the_path_asked_for_without_rendering_it(api):
     r = api.get("/%5Bclick%20here%5D(https:%2F%2Fevil.example%2F)**bold**", headers={"Accept": "text/markdown"})
     assert r.status_code == 404
