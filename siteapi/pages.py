@@ -170,7 +170,10 @@ def llms_txt(conn: sqlite3.Connection, settings, api: list[tuple[str, str, str]]
            "Every page answers `Accept: text/markdown`, and the page links below go to their Markdown twins "
            "(the path plus `.md`). "
            f"The JSON API is read-only and keyless: [OpenAPI]({settings.url('/openapi.json')}), "
-           f"[guide]({settings.url('/developers')}), [API catalog]({settings.url('/.well-known/api-catalog')}).", "",
+           f"[guide]({settings.url('/developers')}), [API catalog]({settings.url('/.well-known/api-catalog')}). "
+           f"The same endpoints are the tools of an MCP server at {settings.url('/mcp')} (Streamable HTTP, "
+           f"[server card]({settings.url('/.well-known/mcp/server-card.json')})). Every page's text in one file: "
+           f"[llms-full.txt]({settings.url('/llms-full.txt')}).", "",
            "## API", ""]
     out += [link(name, settings.url(path), note) for name, path, note in api]
     rows = all_pages(conn, routed)

@@ -135,6 +135,12 @@ def test_llms_txt_follows_the_format(api):
     links = re.findall(r"^- \[([^\]]+)\]\((https?://[^)]+)\)", r.text, re.M)
     assert len(links) >= 45 and any("/search.json?q=" in u for _, u in links)
     assert r.text.count("```") % 2 == 0
+    # before the lists: where an MCP client connects, and the one-file text (agent_audit23 #10)
+    intro = r.text.split("\n## ")[0]
+    assert "MCP server at https://aadhar.sh/mcp (Streamable HTTP" in intro
+    assert "[llms-full.txt](https://aadhar.sh/llms-full.txt)" in intro
+    for target in ("/llms-full.txt", "/.well-known/mcp/server-card.json"):
+        assert api.get(target).status_code == 200
 
 
 def test_every_link_in_llms_txt_can_be_followed(api, site_settings):
