@@ -27,6 +27,10 @@ def test_errors_before_any_job_ran(api, checker):
     assert pending.status_code == 503 and pending.headers["Retry-After"] == "86400" and pending.json()["pending"]
     coffee = api.get("/coffee/availability.json")
     assert coffee.status_code == 503 and coffee.headers["Retry-After"] == "60" and coffee.json()["slots"] == []
+    # empty lists that say why, so that an agent does not read "nothing changed" (agent_audit23 #11)
+    changes, census = api.get("/around/changes.json").json(), api.get("/lens/census.json").json()
+    assert changes["available"] is False and changes["changes"] == [] and "No crawl has succeeded yet" in changes["note"]
+    assert census["snapshots"] == 0 and census["sites"] == [] and "No census has been stored yet" in census["note"]
     assert "bookingUrl" in coffee.json()
     ledger = api.get("/ledger.json")
     assert ledger.status_code == 502 and ledger.json()["code"] == "upstream_failed"
@@ -148,7 +152,7 @@ def test_neighborhood_and_changes(fed_api):
     assert report.status_code == 200 and report.json()["count"] == 2
     assert report.headers["X-Robots-Tag"] == "noindex"
     changes = fed_api.get("/around/changes.json?limit=999")
-    assert changes.status_code == 200 and changes.json()["ok"] is True
+    assert changes.status_code == 200 and changes.json()["ok"] is True and "note" not in changes.json()
     assert "body" not in changes.text.lower().replace("bodyhash", "")
 
 

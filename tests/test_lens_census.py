@@ -208,6 +208,7 @@ def test_rows_stored_with_the_summary_surfaces_still_read(tmp_path):
     with serve_wsgi(make_app(settings).wsgi) as base:
         response = Client(base, checker).get("/lens/census.json")
     assert response.status_code == 200 and checker.checked == [("/lens/census.json", 200)]
+    assert "note" not in response.json()
     found = {s["host"]: s["surfaces"] for s in response.json()["sites"]}
     assert set(found) == {"old.test", "new.test", "both.test"}
     assert found["old.test"] == {"llms": True, "md": True, "mcp": False, "agents": None, "jsonld": None, "webBotAuth": None}

@@ -426,7 +426,7 @@ def changes(conn: sqlite3.Connection, limit=50, now: dt.datetime | None = None) 
     def age(iso: str) -> int:
         return int(now_ms - dt.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
 
-    return {
+    body = {
         "ok": True,
         "available": latest is not None,
         "latestObservedAt": latest["crawled_at"] if latest else None,
@@ -438,3 +438,6 @@ def changes(conn: sqlite3.Connection, limit=50, now: dt.datetime | None = None) 
             for r in rows
         ],
     }
+    if latest is None:  # an empty list would read as "nothing changed"
+        body["note"] = "No crawl has succeeded yet, so no change can be shown; the crawl runs daily."
+    return body

@@ -172,5 +172,8 @@ def census(conn: sqlite3.Connection, settings) -> dict:
         sites.append(site)
     sites.sort(key=lambda s: (s["score"] is None, -(s["score"] or 0), s["host"]))
     ymds = sorted({r["ymd"] for r in rows})
-    return {"ok": True, "roster": hosts, "snapshots": len(ymds),
+    body = {"ok": True, "roster": hosts, "snapshots": len(ymds),
             "firstYmd": ymds[0] if ymds else None, "lastYmd": ymds[-1] if ymds else None, "sites": sites}
+    if not ymds:  # an empty list would read as a census of nothing
+        body["note"] = "No census has been stored yet; the roster is inspected weekly."
+    return body
