@@ -123,6 +123,20 @@ def test_compare_and_its_budget(lens_api, sites):
     assert codes == [400, 400, 429]
 
 
+def test_a_summary_carries_each_crawlers_verdict_and_the_next_actions(lens_api, sites):
+    """LensSummary, which the MCP lens tools answer, says which AI crawler robots.txt lets in and what
+    would raise the score, so an MCP-only agent can answer "is GPTBot blocked" (agent_audit23 #1)."""
+    r = lens_api.get("/lens/compare.json", params={"left": sites.url("ready.test"), "right": sites.url("blocked.test")},
+                     headers={"X-Forwarded-For": "198.51.100.30"})
+    assert r.status_code == 200, r.text
+    left, right = r.json()["left"], r.json()["right"]
+    observed = full_scan(lens_api, sites.url("blocked.test"))
+    assert right["crawlers"] == [{"ua": c["ua"], "verdict": c["verdict"], "role": c.get("role")}
+                                 for c in observed["terms"]["scoreboard"]]
+    assert {c["verdict"] for c in right["crawlers"]} >= {"block"} and {c["verdict"] for c in left["crawlers"]} == {"allow"}
+    assert right["nextActions"] == observed["readiness"]["nextActions"] and right["nextActions"]
+
+
 def test_census_over_http(lens_api, settings, sites, dns_server):
     census.run_census(settings, fetcher=site_fetcher(sites), dns=dns_server.client())
     r = lens_api.get("/lens/census.json")

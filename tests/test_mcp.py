@@ -494,6 +494,7 @@ def test_lens_tools_share_the_inspect_budget_with_the_endpoint(lens_api):
     assert summary["finalUrl"] == web.url("/rich") and "anatomy" not in summary and "rawHtml" not in page["content"][0]["text"]
     assert summary["title"] == observed["structured"]["title"] and summary["wordCount"] == observed["anatomy"]["wordCount"]
     assert summary["readiness"] is None and summary["tier"] is None and summary["cost"]["tokens"] > 0
+    assert summary["crawlers"] is None and summary["nextActions"] is None
     refused = tool_call(api, "lens_inspect", {"url": "http://10.0.0.1/"}).json()["result"]
     assert refused["isError"] is True and "public internet addresses" in refused["content"][0]["text"]
     over = tool_call(api, "lens_inspect", {"url": web.url("/rich")}).json()["result"]

@@ -273,6 +273,9 @@ def summary(obs: dict) -> dict:
         "tier": (terms_found["spectrum"]["tier"] if not terms_found["robotsUnknown"] or terms_found["spectrum"]["tier"] != "open"
                  else "unknown") if terms_found else None,
         "doors": doors(obs), "cost": cost, "phases": obs["phases"], "surfaces": surfaces(obs),
+        "crawlers": [{"ua": c["ua"], "verdict": c["verdict"], "role": c.get("role")} for c in terms_found["scoreboard"]]
+        if terms_found else None,
+        "nextActions": ready.get("nextActions") if ready else None,
     }
 
 
