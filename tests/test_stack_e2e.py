@@ -879,6 +879,32 @@ def plain_ok(environ, start_response):
 
 
 @needs_caddy
+def test_slow_request_bodies_at_the_edge_leave_the_app_to_everyone_else(tmp_path):
+    """waitress keeps at most 100 connections; a body it is still waiting for holds one. The edge
+    reads each body whole before it asks the app, so 110 bodies that never finish arriving (one
+    caller could send them; none reaches the rate limiter) hold nothing of the app's, and another
+    visitor is answered (load_audit23 #1: every route hung until the bodies ended)."""
+    def read_body(environ, start_response):
+        environ["wsgi.input"].read()
+        return plain_ok(environ, start_response)
+
+    with serve_wsgi(read_body) as base, caddy_in_front(int(base.rsplit(":", 1)[1]), tmp_path) as port:
+        stalled = []
+        try:
+            for _ in range(110):
+                sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+                sock.sendall(b"POST /ask HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: 60000\r\n\r\n{\"query\": ")
+                stalled.append(sock)
+            time.sleep(1)  # for the edge to have passed on whatever it would
+            answer = requests.get(f"http://127.0.0.1:{port}/search.json", timeout=20)
+            assert answer.status_code == 200 and answer.text == "ok"
+        finally:
+            for sock in stalled:
+                sock.close()
+
+
+@needs_caddy
 def test_ledger_follows_the_real_caddy_log_rolls(tmp_path):
     """Caddy's own roller, set to 1 MiB: access.log becomes access-<UTC time>.log and then .log.gz
     while the ledger job is part-way through it. Runs before, across and after two rolls count every
