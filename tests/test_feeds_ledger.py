@@ -225,6 +225,27 @@ def test_rolled_file_deleted_is_reported(tmp_path, log):
     assert hits(settings)["gptbot"] == 2
 
 
+def test_the_rolled_files_left_when_the_one_last_read_is_gone_are_read(tmp_path, log):
+    """A flood rolls the log several times between two runs and the file last read is deleted: the
+    rolled files still there are newer than it and are read whole, not skipped (load_audit23 #5)."""
+    settings = settings_for(tmp_path, log)
+    append(log, caddy_line("/a", UA["gptbot"]))
+    run_ledger(settings)
+    append(log, caddy_line("/b", UA["gptbot"]))
+    roll(log, "2026-11-20T01-00-00.000")
+    append(log, caddy_line("/c", UA["gptbot"]), caddy_line("/d", UA["claudebot"]))
+    roll(log, "2026-11-20T02-00-00.000", compress=True)
+    append(log, caddy_line("/e", UA["claudebot"]))
+    roll(log, "2026-11-20T03-00-00.000")
+    (log.parent / "access-2026-11-20T01-00-00.000.log").unlink()  # the one last read, with /b
+    append(log, caddy_line("/f", UA["gptbot"]))
+    assert "may be missing" in run_ledger(settings)
+    assert hits(settings) == {"gptbot": 3, "claudebot": 2}  # /a, /c, /f; /d, /e
+    append(log, caddy_line("/g", UA["gptbot"]))
+    assert "read 1 log lines" in run_ledger(settings)  # and read once only
+    assert hits(settings) == {"gptbot": 4, "claudebot": 2}
+
+
 def test_unreadable_log_keeps_counts_and_position(tmp_path, log):
     settings = settings_for(tmp_path, log)
     append(log, caddy_line("/a", UA["gptbot"]))

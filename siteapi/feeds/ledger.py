@@ -5,7 +5,8 @@ survives renames and gzip; before any complete line was read, the file's inode, 
 the rename). When Caddy rolls the log (`access.log` becomes
 `access-<time>.log`, later `.log.gz`, and a new `access.log` starts) the job first finishes the
 rolled file from its offset, then reads any later rolled files whole, then the new log: nothing
-lost, nothing counted twice. Only complete lines are consumed, and counts and the new position
+lost, nothing counted twice. Should that file be gone (deleted after more rolls than Caddy keeps),
+every rolled file left is newer and is read whole, and only the rest of the lost file is missing. Only complete lines are consumed, and counts and the new position
 are written in one transaction, so a failed run changes nothing, and a run that finds another
 one committed first while it read (a hand-started run beside the scheduler's) changes nothing. Responses below 400 whose
 User-Agent the crawler registry knows (our own AadharshBot excepted) are counted per UTC day,
@@ -120,7 +121,8 @@ def _plan(log: Path, state) -> tuple[list[tuple[Path, int, bool]], bool]:
     for i, path in enumerate(rolled):
         if _same_file(path, fp, fp_len):
             return [(path, offset, False)] + [(p, 0, False) for p in rolled[i + 1:]] + [(log, 0, True)], False
-    return [(log, 0, True)], True
+    # The file last read is gone (rolled away, oldest first): every rolled file left is newer than it.
+    return [(p, 0, False) for p in rolled] + [(log, 0, True)], True
 
 
 def routed_path(uri: str) -> str:
