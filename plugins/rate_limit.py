@@ -6,9 +6,15 @@
 
 60 a minute: one request may run its query for up to `sql_time_limit_ms` (a second), so a caller at the
 limit keeps at most one of Datasette's three query threads busy on average. The budget bounds the
-average, not the concurrency, so a caller's requests also take turns: at most RUNNING_PER_CALLER
-run at once and the rest wait (a coroutine each, no thread), so that a burst from one caller leaves
-a query thread for everyone else, and tabs opened together are slower, not refused. A person browsing spends one
+average, not the concurrency, so requests also take turns (`Turns`): at most RUNNING run their
+queries at once, all callers together, and at most RUNNING_PER_CALLER of one caller's; the rest
+wait (a coroutine each, no thread), and a freed turn goes first to the waiting caller with the
+fewest running, so that a newcomer waits for one turn to end, not behind all the busy callers sent.
+A turn ends when the answer starts (its queries are done; a streamed CSV's later pages run
+outside), so a slow reader holds none. Without the total, a few callers each within budget kept
+every query thread on one-second queries (a light page took 14 to 28 s) and each held a large
+answer in memory at once (1.4 GB from twelve callers); tabs opened together are slower, not
+refused. A person browsing spends one
 a page (a table page with its facets and counts is one request; its CSS and scripts are free) and
 reads for seconds between clicks, well under 60 a minute even when opening a few tabs at once. A
 script paging through JSON with `_size=max` gets 1,000 rows a request, 60,000 rows a minute, while
@@ -26,7 +32,7 @@ peer. Caddy sets that header to the address it saw, dropping a client's own, so 
 it has a budget of its own; nothing needs configuring (tests/test_datasette_rate.py proves both).
 """
 import asyncio
-import contextlib
+import collections
 import json
 
 from datasette import hookimpl
@@ -36,7 +42,56 @@ from siteapi.ratelimit import RateLimiter, address_key
 
 POLICY = "data"
 FREE = (b"/-/static/", b"/-/static-plugins/")
-RUNNING_PER_CALLER = 2  # of Datasette's three query threads
+RUNNING = 2  # of Datasette's three query threads: a table page runs some of its queries side by side
+RUNNING_PER_CALLER = 2
+
+
+class Turns:
+    """Who may run a request now: at most `total` at once and `per_caller` of one caller's, the
+    waiting caller with the fewest running served first and equals in rotation, each caller's
+    requests in the order they came. One event loop."""
+
+    def __init__(self, total: int, per_caller: int):
+        self.total, self.per_caller = total, per_caller
+        self.running: dict[str, int] = {}
+        self.waiting: dict[str, collections.deque] = {}  # caller -> its waiting futures; dict order is the rotation
+
+    async def take(self, caller: str) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiting.setdefault(caller, collections.deque()).append(waiter)
+        self._hand_out()
+        try:
+            await waiter
+        except asyncio.CancelledError:  # the client left while it waited
+            if waiter.done() and not waiter.cancelled():
+                self.give_back(caller)
+            elif waiter in self.waiting.get(caller, ()):
+                self.waiting[caller].remove(waiter)
+                if not self.waiting[caller]:
+                    del self.waiting[caller]
+            raise
+
+    def give_back(self, caller: str) -> None:
+        self.running[caller] -= 1
+        if not self.running[caller]:
+            del self.running[caller]
+        self._hand_out()
+
+    def _hand_out(self) -> None:
+        while sum(self.running.values()) < self.total:
+            # the fewest running first, so a newcomer goes before a busy caller's next; then rotation
+            ready = [c for c in self.waiting if self.running.get(c, 0) < self.per_caller]
+            if not ready:
+                return
+            caller = min(ready, key=lambda c: self.running.get(c, 0))
+            queue = self.waiting.pop(caller)
+            waiter = queue.popleft()
+            if queue:
+                self.waiting[caller] = queue  # to the end of the rotation
+            if waiter.cancelled():  # its task is on its way out
+                continue
+            self.running[caller] = self.running.get(caller, 0) + 1
+            waiter.set_result(None)
 
 
 def _wire(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
@@ -70,19 +125,7 @@ def asgi_wrapper(datasette):
             path = path[len(prefix) - 1:]
         return path.startswith(FREE) or path == b"/favicon.ico"
 
-    turns: dict[str, list] = {}  # caller -> [its semaphore, its requests running or waiting]; one event loop
-
-    @contextlib.asynccontextmanager
-    async def turn(caller: str):
-        entry = turns.setdefault(caller, [asyncio.Semaphore(RUNNING_PER_CALLER), 0])
-        entry[1] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1] -= 1
-            if not entry[1]:
-                del turns[caller]
+    turns = Turns(RUNNING, RUNNING_PER_CALLER)
 
     def wrap(app):
         async def limited(scope, receive, send):
@@ -96,14 +139,25 @@ def asgi_wrapper(datasette):
             if not decision.allowed:
                 return await _refuse(send, decision)
             counted = _wire(decision.headers())
+            await turns.take(caller)
+            held = True
+
+            def turn_over():
+                nonlocal held
+                if held:
+                    held = False
+                    turns.give_back(caller)
 
             async def send_counted(message):
                 if message["type"] == "http.response.start":
                     message = {**message, "headers": [*message.get("headers", []), *counted]}
+                    turn_over()
                 await send(message)
 
-            async with turn(caller):
+            try:
                 return await app(scope, receive, send_counted)
+            finally:
+                turn_over()
 
         return limited
 
