@@ -11,11 +11,14 @@ the process:
 - SQLite's length limit: no string, blob or sorted row over MAX_VALUE_BYTES, however it is made
   (zeroblob, randomblob, replace, group_concat and || fail; printf answers NULL);
 - SQLite's column limit: no result wider than MAX_COLUMNS, so one row stays under 64 MiB;
-- the rows one query returns hold at most MAX_RESULT_BYTES of text (as UTF-8) and blobs, counted
-  as Datasette fetches them (at most 1,000 rows, `max_returned_rows`).
+- the rows one query returns hold at most MAX_RESULT_BYTES of text and blobs, counted as
+  Datasette fetches them (at most 1,000 rows, `max_returned_rows`), text as Datasette's JSON writes
+  it: a control character is six bytes there, so eight rows of a million char(1) are 48 MB of JSON,
+  and a dozen callers asking for them at once grew Datasette past 1.4 GB when text counted as UTF-8.
 """
 import sqlite3
 import weakref
+from json.encoder import encode_basestring_ascii
 
 from datasette import hookimpl
 
@@ -40,8 +43,7 @@ def prepare_connection(conn):
     fetched = weakref.WeakKeyDictionary()  # cursor -> bytes of text and blobs it has returned
 
     def counted_row(cursor, values):
-        total = fetched.get(cursor, 0) + sum(len(v.encode()) if isinstance(v, str) else len(v)
-                                             for v in values if isinstance(v, (str, bytes)))
+        total = fetched.get(cursor, 0) + sum(json_bytes(v) for v in values if isinstance(v, (str, bytes)))
         if total > MAX_RESULT_BYTES:
             raise sqlite3.DataError(f"The rows of this query hold more than {MAX_RESULT_BYTES >> 20} MiB of text and "
                                     "blobs; select fewer rows or columns, or length() of a long value.")
@@ -49,3 +51,8 @@ def prepare_connection(conn):
         return make_row(cursor, values)
 
     conn.row_factory = counted_row
+
+
+def json_bytes(value: str | bytes) -> int:
+    """A text's length as Datasette's JSON writes it (ASCII, escaped, without its quotes); a blob's own."""
+    return len(encode_basestring_ascii(value)) - 2 if isinstance(value, str) else len(value)
