@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from siteapi.mcp_tools import Tool
+
+# The Agent Skills format's limit on a skill's description; an A2A card's skills set none, and
+# carry the same text.
+DESCRIPTION_CHARS = 1024
+_SENTENCE_END = re.compile(r"[.!?](?=\s)")
 
 
 def skill_name(tool: Tool) -> str:
@@ -16,11 +22,22 @@ def skill_name(tool: Tool) -> str:
     return tool.name.replace("_", "-")
 
 
+def brief(tool: Tool) -> str:
+    """The tool's description for choosing among skills: whole when it fits DESCRIPTION_CHARS, else
+    up to the last sentence that ends within it (a word, when none does). It opens with the summary
+    and the tool's own note (mcp_tools.describe), so tools of one operation stay apart."""
+    text = " ".join(tool.description.split())
+    if len(text) <= DESCRIPTION_CHARS:
+        return text
+    ends = [m.end() for m in _SENTENCE_END.finditer(text, 0, DESCRIPTION_CHARS)]
+    return text[:ends[-1]] if ends else text[:DESCRIPTION_CHARS - 1].rsplit(" ", 1)[0] + "…"
+
+
 def skill_markdown(settings, tool: Tool) -> str:
     """SKILL.md: front matter (name, description) and how to call the tool over MCP."""
     params = tool.input_schema.get("properties", {})
     required = set(tool.input_schema.get("required", []))
-    lines = ["---", f"name: {skill_name(tool)}", f"description: {json.dumps(tool.description.splitlines()[0][:300])}", "---",
+    lines = ["---", f"name: {skill_name(tool)}", f"description: {json.dumps(brief(tool))}", "---",
              "", f"# {tool.title}", "", tool.description, "",
              f"Call it as the MCP tool `{tool.name}` at {settings.url('/mcp')} (Streamable HTTP, no key).", ""]
     if params:
@@ -38,7 +55,7 @@ def skills_index(settings, tools: dict[str, Tool]) -> dict:
     skills = []
     for tool in tools.values():
         text = skill_markdown(settings, tool)
-        skills.append({"name": skill_name(tool), "type": "skill-md", "description": tool.description.splitlines()[0][:300],
+        skills.append({"name": skill_name(tool), "type": "skill-md", "description": brief(tool),
                        "url": settings.url(f"/.well-known/agent-skills/{skill_name(tool)}/SKILL.md"),
                        "sha256": hashlib.sha256(text.encode()).hexdigest()})
     return {"skills": skills}
@@ -63,6 +80,6 @@ def agent_card(settings, tools: dict[str, Tool], version: str) -> dict:
         "defaultInputModes": ["application/json"],
         "defaultOutputModes": ["application/json"],
         "securitySchemes": {},
-        "skills": [{"id": t.name, "name": t.title, "description": t.description.splitlines()[0][:300],
+        "skills": [{"id": t.name, "name": t.title, "description": brief(t),
                     "tags": ["read-only"] if t.read_only else ["stores-snapshot"]} for t in tools.values()],
     }

@@ -2,10 +2,10 @@
 
 Every operation carrying `x-mcp` (one spec or a list of specs: `tool`, `title`, `openWorld`, and
 optionally `fixed` query values always sent, `hide` parameters kept out of the tool, `returns`
-a schema answered instead of the 200's (made from it, see RESHAPED), `note` appended to the
-description) becomes a tool: its `inputSchema` comes from the operation's query parameters (or
-its JSON request body for a POST-only operation), its `outputSchema` from the 200 JSON response
-(or `returns`) with every `$ref` inlined.
+a schema answered instead of the 200's (made from it, see RESHAPED), `note` put after the
+summary in the description) becomes a tool: its `inputSchema` comes from the operation's query
+parameters (or its JSON request body for a POST-only operation), its `outputSchema` from the 200
+JSON response (or `returns`) with every `$ref` inlined.
 A call runs the site's own WSGI app in-process with the caller's address, so shapes, errors and
 rate-limit budgets are exactly the HTTP endpoint's. The snapshot tools call `siteapi.lens.vault`
 directly (capture and compare each under a small rate policy of its own and the lens's per-target
@@ -113,7 +113,9 @@ def output_schema(doc: dict, op: dict) -> dict:
 
 
 def describe(op: dict, note: str = "") -> str:
-    parts = [op.get("summary", "").strip().rstrip(".") + ".", " ".join((op.get("description") or "").split()), note]
+    """Summary, then the tool's own note (what sets apart the tools of one operation), then the
+    operation's description."""
+    parts = [op.get("summary", "").strip().rstrip(".") + ".", note, " ".join((op.get("description") or "").split())]
     return " ".join(p for p in parts if p and p != ".")
 
 

@@ -2,6 +2,7 @@
 llms.txt, llms-full.txt, sitemap, robots.txt, api-catalog, /openapi.json and the developer guide."""
 import base64
 import hashlib
+import json
 import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
@@ -17,8 +18,9 @@ from servers import serve_wsgi
 
 import jobs
 from app import make_app
-from siteapi import resume, tokens
+from siteapi import agentdocs, resume, tokens
 from siteapi.lens.fetch import Fetcher
+from siteapi.mcp_tools import Tool
 
 
 def strict_parse(text):
@@ -473,6 +475,29 @@ def test_agent_card_and_skills_list_the_mcp_tools(api):
     # a skill names its HTTP twin only when it has one
     assert "plain HTTP is `GET /search.json`" in api.get("/.well-known/agent-skills/search-site/SKILL.md").text
     assert "served over MCP only" in api.get("/.well-known/agent-skills/representation-capture/SKILL.md").text
+
+
+def test_skill_descriptions_tell_the_tools_apart_and_end_on_a_boundary(api):
+    """What an agent chooses a skill by (audit agent_audit23 #3): within the Agent Skills format's
+    1,024 characters, cut after a sentence (or a word), never two alike; lens_inspect and lens_page
+    share their operation's text, so their own notes must come before it."""
+    index = api.get("/.well-known/agent-skills/index.json").json()["skills"]
+    card = api.get("/.well-known/agent-card.json").json()["skills"]
+    tools = {t["name"]: t for t in api.get("/.well-known/mcp/server-card.json").json()["tools"]}
+    for described in (index, card):
+        texts = [skill["description"] for skill in described]
+        assert len(set(texts)) == len(texts), texts
+        assert all(0 < len(text) <= 1024 and re.search(r"[.!?…]$", text) for text in texts), texts
+    for skill, listed in zip(index, card):
+        tool = tools[listed["id"]]
+        assert skill["description"] == listed["description"]
+        assert " ".join(tool["description"].split()).startswith(skill["description"].rstrip("…"))
+        md = api.get(skill["url"].removeprefix("https://aadhar.sh")).text
+        assert md.split("\n")[2] == "description: " + json.dumps(skill["description"])
+    long = Tool("t", "T", "A first sentence. " * 50 + "One run-on clause " * 60, {}, {}, open_world=False)
+    assert agentdocs.brief(long) == ("A first sentence. " * 50).strip()
+    run_on = Tool("t", "T", "word " * 300, {}, {}, open_world=False)
+    assert agentdocs.brief(run_on) == "word " * 203 + "word…"
 
 
 def test_the_json_documents_name_every_field_they_send(api, checker):
