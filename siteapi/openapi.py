@@ -150,7 +150,7 @@ def curl_example(settings, path: str, method: str, op: dict) -> str:
 
 
 def guide_markdown(settings, intro: str = "") -> str:
-    """The developer guide: every operation, its parameters, and a curl example that works."""
+    """The developer guide: every operation, its answer, its parameters, and a curl example that works."""
     doc = load()
     out = ["# Developer guide", "", doc["info"]["description"].strip(), ""]
     if intro:
@@ -164,6 +164,9 @@ def guide_markdown(settings, intro: str = "") -> str:
                 f"`{method.upper()} {path}` — operation `{op['operationId']}`", ""]
         if op.get("description"):
             out += [op["description"].strip(), ""]
+        answer = op["responses"].get("200", {}).get("description")
+        if answer:  # what the answer is made of, an event stream's frames included
+            out += [f"200: {answer.strip()}", ""]
         params = parameters(doc, op)
         if params:
             out += ["| Parameter | Required | Description |", "|---|---|---|"]

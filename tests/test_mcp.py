@@ -108,6 +108,19 @@ def test_tools_list_mirrors_the_openapi_operations(api, site_settings):
         assert tools["lens_page"]["annotations"]["openWorldHint"] is True
 
 
+def test_the_ask_tool_is_described_without_the_http_stream_it_never_sends(api):
+    """agent_audit23 #5: the stream's frames and headers are the HTTP answer's, in its 200 response
+    and the guide; the tool and its skill describe what the tool does."""
+    stream = ("text/event-stream", "begin-nlweb-response", "X-Accel-Buffering", "keep-alive")
+    tool = tools_by_name(api)["ask"]["description"]
+    skill = api.get("/.well-known/agent-skills/ask/SKILL.md").text
+    assert not [word for word in stream if word in tool or word in skill]
+    assert "ranks every page" in tool.lower() and "never a stream" in tool
+    answer = api.get("/openapi.json").json()["paths"]["/ask"]["get"]["responses"]["200"]["description"]
+    for guide in (api.get("/developers.md").text, api.get("/developers").text, answer):
+        assert all(word in guide for word in stream)
+
+
 def test_older_versions_get_the_fields_they_know(api):
     old = tools_by_name(api, "2024-11-05")["search_site"]
     assert "outputSchema" not in old and "annotations" not in old and "title" not in old
