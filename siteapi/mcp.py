@@ -12,13 +12,14 @@ map to HTTP statuses (404 for an unknown method, 400 for the rest). A request is
 `_meta` names a protocol version.
 
 Tool arguments: an endpoint tool's bounds (minimum, maximum, maxLength) are documentation, not
-refusals, because the endpoint clamps or truncates them as it does over HTTP; the hard limits are
-a string over 16 KiB, which no endpoint takes (it would not fit a query string), an array of more
-than 64 items (no tool takes more than 4) or of anything but scalars, and values nested too deeply
-to check. Arguments that break
-the schema otherwise are -32602 up to 2025-06-18 and, from 2025-11-25 on, a result with `isError`
-that a model can read and correct (the tools chapter moved input validation there). A tool that
-fails says why in its first content block, and gives the endpoint's whole JSON error in a second.
+refusals, because the endpoint clamps or truncates them as it does over HTTP, and its numbers may
+come as strings (the inputSchema says so), which the endpoint parses as it parses a query string;
+the hard limits are a string over 16 KiB, which no endpoint takes (it would not fit a query
+string), an array of more than 64 items (no tool takes more than 4) or of anything but scalars,
+and values nested too deeply to check. Arguments that break the schema otherwise are -32602 up to
+2025-06-18 and, from 2025-11-25 on, a result with `isError` that a model can read and correct (the
+tools chapter moved input validation there). A tool that fails says why in its first content
+block, and gives the endpoint's whole JSON error in a second.
 
 An error the site gives before the server reads the message (the read budget spent, an unserved
 API-Version, GET) keeps its HTTP status and headers but comes as a JSON-RPC error response

@@ -4,8 +4,9 @@ Every operation carrying `x-mcp` (one spec or a list of specs: `tool`, `title`, 
 optionally `fixed` query values always sent, `hide` parameters kept out of the tool, `returns`
 a schema answered instead of the 200's (made from it, see RESHAPED), `note` put after the
 summary in the description) becomes a tool: its `inputSchema` comes from the operation's query
-parameters (or its JSON request body for a POST-only operation), its `outputSchema` from the 200
-JSON response (or `returns`) with every `$ref` inlined.
+parameters (a number may be a string too, as in a query string) or its JSON request body for a
+POST-only operation, its `outputSchema` from the 200 JSON response (or `returns`) with every
+`$ref` inlined.
 A call runs the site's own WSGI app in-process with the caller's address, so shapes, errors and
 rate-limit budgets are exactly the HTTP endpoint's. The snapshot tools call `siteapi.lens.vault`
 directly (capture and compare each under a small rate policy of its own and the lens's per-target
@@ -91,6 +92,8 @@ def input_schema(doc: dict, method: str, op: dict, hidden: set[str]) -> dict:
         if param.get("in") != "query" or param["name"] in hidden:
             continue
         prop = dict(param.get("schema", {}))
+        if prop.get("type") in ("integer", "number"):  # the endpoint reads "5" as 5 and clamps, or defaults
+            prop["type"] = [prop["type"], "string"]  # a non-number, as over HTTP: one parser, the endpoint's
         if param.get("description"):
             prop["description"] = " ".join(param["description"].split())
         prop.update(param.get("x-mcp-schema", {}))  # what a tool argument may be beyond a query string

@@ -96,8 +96,8 @@ def test_tools_list_mirrors_the_openapi_operations(api, site_settings):
     search = tools["search_site"]["inputSchema"]
     assert search["required"] == ["q"] and search["additionalProperties"] is False
     assert search["properties"]["q"]["maxLength"] == 160
-    assert search["properties"]["limit"] == {**search["properties"]["limit"], "type": "integer", "minimum": 1,
-                                             "maximum": 50, "default": 20}
+    assert search["properties"]["limit"] == {**search["properties"]["limit"], "type": ["integer", "string"],
+                                             "minimum": 1, "maximum": 50, "default": 20}
     assert tools["search_site"]["annotations"]["readOnlyHint"] is True
     assert tools["representation_capture"]["annotations"]["readOnlyHint"] is False
     assert tools["representation_capture"]["annotations"]["idempotentHint"] is False
@@ -160,7 +160,7 @@ def test_a_failing_endpoint_is_a_tool_error_with_its_sentence(api):
     ({"arguments": {}}, "params.name"),
     ({"name": "search_site", "arguments": {"q": "x", "colour": "red"}}, "colour"),
     ({"name": "search_site", "arguments": {}}, "'q' is a required property"),
-    ({"name": "search_site", "arguments": {"q": "x", "limit": "ten"}}, "limit"),
+    ({"name": "search_site", "arguments": {"q": "x", "limit": True}}, "limit"),
     ({"name": "search_site", "arguments": {"q": "x" * 100_000}}, "longer than"),
     ({"name": "search_site", "arguments": ["q"]}, "must be an object"),
 ])
@@ -173,7 +173,7 @@ def test_bad_tool_calls_are_invalid_params(api, params, fragment):
 
 def test_from_2025_11_25_bad_arguments_are_a_result_a_model_can_read(api):
     """The tools chapter of 2025-11-25 moved input validation errors from -32602 to tool results."""
-    for arguments, fragment in (({"q": "x", "limit": "ten"}, "limit"), ({}, "'q' is a required property"),
+    for arguments, fragment in (({"q": "x", "limit": True}, "limit"), ({}, "'q' is a required property"),
                                 ({"q": "x" * 100_000}, "longer than")):
         older = tool_call(api, "search_site", arguments, version="2025-06-18")
         assert error_code(older) == -32602 and fragment in older.json()["error"]["message"]

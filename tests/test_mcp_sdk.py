@@ -110,6 +110,27 @@ def test_the_sdk_can_send_a_whole_number_as_a_float(mcp_site, mode):
     assert result.is_error is False and result.structured_content["returned"] == 2
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_the_sdk_can_send_a_number_as_a_string_as_the_description_allows(mcp_site, mode):
+    """agent_audit23 #4: models quote numbers; the endpoint reads "5" as 5 and a non-number as its
+    default (20), as over HTTP, and the inputSchema says a string is taken."""
+    base, _ = mcp_site
+
+    async def calls():
+        async with mcp.Client(base + "/mcp", mode=mode) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            return listed, [await client.call_tool("search_site", {"q": "the", "limit": limit})
+                            for limit in ("2", " 3 ", "five", "999")]
+
+    listed, (two, three, five, many) = asyncio.run(calls())
+    assert listed["search_site"].input_schema["properties"]["limit"]["type"] == ["integer", "string"]
+    assert listed["ask"].input_schema["properties"]["top_k"]["type"] == ["integer", "string"]
+    assert [r.is_error for r in (two, three, five, many)] == [False] * 4, two.content[0].text
+    assert (two.structured_content["returned"], three.structured_content["returned"]) == (2, 3)
+    assert five.structured_content["returned"] == min(20, five.structured_content["total"])
+    assert many.structured_content["returned"] == min(50, many.structured_content["total"])
+
+
 def test_the_sdk_follows_a_trailing_slash_to_the_server(mcp_site):
     base, _ = mcp_site
 
