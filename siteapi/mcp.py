@@ -21,6 +21,11 @@ and values nested too deeply to check. Arguments that break the schema otherwise
 tools chapter moved input validation there). A tool that fails says why in its first content
 block, and gives the endpoint's whole JSON error in a second.
 
+Budgets: a tool call spends one `read` unit, as a request to its endpoint does (the POST's own;
+each later call of a batch one more), and its endpoint's other budgets (`inspect`, `compare`, the
+lens's per-target budget, `ask_model`) as over HTTP; the answer's RateLimit headers name each
+budget the call spent.
+
 An error the site gives before the server reads the message (the read budget spent, an unserved
 API-Version, GET) keeps its HTTP status and headers but comes as a JSON-RPC error response
 (-32000, the REST error's other fields as `data`): MCP clients show that, and nothing else.
@@ -34,11 +39,13 @@ import logging
 import re
 from typing import Any
 
+import bottle
 from jsonschema import Draft202012Validator
 
 from siteapi import openapi
 from siteapi.mcp_tools import InProcess, Outcome, Tool, endpoint_tools, snapshot_tools
-from siteapi.web import MAX_BODY_BYTES, MAX_QUERY_BYTES, ApiError, Reply, body, caller, header, with_etag
+from siteapi.web import (MAX_BODY_BYTES, MAX_QUERY_BYTES, ApiError, Reply, body, caller, header, report_limits,
+                         with_etag)
 
 log = logging.getLogger("siteapi.mcp")
 
@@ -72,6 +79,8 @@ HEADER_MISMATCH, UNSUPPORTED_VERSION = -32020, -32022
 MODERN_STATUS = {PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400, HEADER_MISMATCH: 400,
                  UNSUPPORTED_VERSION: 400, METHOD_NOT_FOUND: 404}
 REFUSAL_ID_BYTES = 64 * 1024  # of a refused request's body, read for its id; a longer one answers id null
+BUDGET = "read"  # the /mcp route's policy (app.py), one unit of which each tool call spends
+TOOL_CALLED = "siteapi.mcp_tool_called"  # environ: this POST's own unit paid for a tool call already
 
 
 class RpcError(Exception):
@@ -124,15 +133,19 @@ class McpServer:
 
     def __init__(self, site, settings, fetcher, slots, budget):
         self.settings = settings
+        self.limiter = site.limiter
         doc = openapi.load()
         self.info = {"name": settings.site_name, "title": f"{settings.site_name} MCP server",
                      "version": str(doc["info"]["version"]),
                      # Whole in the draft card too, which allows 100 characters.
                      "description": "The site's JSON API as tools; read-only but for the two snapshot tools, which store rows.",
                      "websiteUrl": settings.url("/developers")}
+        read = settings.rates[BUDGET]
         self.instructions = ("Read-only tools over the public API of a personal site: search and ask its pages, "
                              "query its photo archive, inspect public URLs (lens), and read its live feeds. "
-                             "No key needed; rate limits are per caller, shared with the HTTP endpoints.")
+                             "No key needed; rate limits are per caller, shared with the HTTP endpoints: each tool "
+                             f"call spends one unit of the {BUDGET} budget ({read.quota} per {read.window} seconds), "
+                             "and the lens and snapshot tools also their own budget, which their descriptions give.")
         endpoints = endpoint_tools(doc, InProcess(site.wsgi))
         snapshots = snapshot_tools(settings, site.limiter, fetcher, slots, budget)
         self.tools: dict[str, Tool] = {t.name: t for t in endpoints + snapshots}
@@ -318,6 +331,9 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "params.arguments must be an object of the tool's parameters.")
+        refusal = self._spend_unit()
+        if refusal is not None:
+            return {"content": [{"type": "text", "text": refusal}], "isError": True}
         message = self._argument_problem(name, arguments)
         if message is not None:
             if version < ARGUMENT_ERRORS_AS_RESULTS:
@@ -328,11 +344,24 @@ class McpServer:
         except Exception:
             log.exception("MCP tool %s failed", name)
             outcome = Outcome(error="The tool broke on our side; try again later.")
+        report_limits(outcome.limits)
         if outcome.error is not None:
             details = [{"type": "text", "text": json.dumps(outcome.details, ensure_ascii=False)}] if outcome.details else []
             return {"content": [{"type": "text", "text": outcome.error}, *details], "isError": True}
         return {"content": [{"type": "text", "text": json.dumps(outcome.result, ensure_ascii=False)}],
                 "structuredContent": outcome.result, "isError": False}
+
+    def _spend_unit(self) -> str | None:
+        """One `read` unit for a tool call, as its endpoint spends over HTTP: the POST's own for its
+        first (Site.serve spent it; the endpoint then spends none), a unit more for each later call
+        of a batch. The refusal sentence when none is left."""
+        environ = bottle.request.environ
+        if not environ.get(TOOL_CALLED):
+            environ[TOOL_CALLED] = True
+            return None
+        decision = self.limiter.hit(BUDGET, caller())
+        report_limits(decision.headers())
+        return None if decision.allowed else decision.refusal()
 
     def _argument_problem(self, name: str, arguments: dict) -> str | None:
         """What is wrong with a tool's arguments, as a sentence, or None."""

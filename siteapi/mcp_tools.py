@@ -8,7 +8,8 @@ parameters (a number may be a string too, as in a query string) or its JSON requ
 POST-only operation, its `outputSchema` from the 200 JSON response (or `returns`) with every
 `$ref` inlined.
 A call runs the site's own WSGI app in-process with the caller's address, so shapes, errors and
-rate-limit budgets are exactly the HTTP endpoint's. The snapshot tools call `siteapi.lens.vault`
+rate-limit budgets are exactly the HTTP endpoint's, but for the `read` unit, which the POST /mcp
+carrying the call has spent (one unit a tool call, as a request to the endpoint). The snapshot tools call `siteapi.lens.vault`
 directly (capture and compare each under a small rate policy of its own and the lens's per-target
 budget), and only while site.db exists (the jobs build it).
 """
@@ -29,7 +30,7 @@ from wsgiref.util import setup_testing_defaults
 
 from siteapi import db, openapi
 from siteapi.ratelimit import RateLimiter, SlotsFull, TargetBudget, WorkSlots
-from siteapi.web import ApiError
+from siteapi.web import PAID_POLICY, RATE_HEADERS, ApiError
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,12 @@ class Tool:
 @dataclass
 class Outcome:
     """What a tool produced: the JSON result, or the endpoint's error sentence and, when it gave
-    one, its whole error body (the fields an agent can act on: `parameter`, `retry_after`, ...)."""
+    one, its whole error body (the fields an agent can act on: `parameter`, `retry_after`, ...);
+    `limits`: the RateLimit headers of the budgets its endpoint spent."""
     result: dict | None = None
     error: str | None = None
     details: dict | None = None
+    limits: list[tuple[str, str]] = field(default_factory=list)
 
 
 # -- schemas from the OpenAPI document -------------------------------------------------------------
@@ -125,18 +128,20 @@ def describe(op: dict, note: str = "") -> str:
 # -- calling the site in-process -------------------------------------------------------------------
 class InProcess:
     """Runs one request through the site's WSGI app on a worker thread (Bottle's request state is
-    per thread, so the outer /mcp request keeps its own) and returns (status, parsed JSON or None)."""
+    per thread, so the outer /mcp request keeps its own), its `read` unit paid, and returns (status,
+    parsed JSON or None, its RateLimit headers)."""
 
     def __init__(self, wsgi, workers: int = 8):
         self.wsgi = wsgi
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mcp-call")
 
-    def request(self, method: str, path: str, query: dict, body: dict | None, caller: str) -> tuple[int, Any]:
+    def request(self, method: str, path: str, query: dict, body: dict | None,
+                caller: str) -> tuple[int, Any, list[tuple[str, str]]]:
         future = self.pool.submit(self._run, method, path, query, body, caller)
         try:
             return future.result(timeout=CALL_TIMEOUT_S)
         except FutureTimeout:
-            return 504, {"error": f"The call took longer than {CALL_TIMEOUT_S} seconds; try again later."}
+            return 504, {"error": f"The call took longer than {CALL_TIMEOUT_S} seconds; try again later."}, []
 
     def _run(self, method, path, query, body, caller):
         payload = json.dumps(body).encode() if body is not None else b""
@@ -145,17 +150,22 @@ class InProcess:
         environ.update({"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": urlencode(query, errors="replace"),
                         "REMOTE_ADDR": caller, "HTTP_ACCEPT": "application/json", "wsgi.input": io.BytesIO(payload),
                         "CONTENT_LENGTH": str(len(payload)), "CONTENT_TYPE": "application/json",
-                        "wsgi.errors": sys.stderr})
-        status = []
-        chunks = self.wsgi(environ, lambda s, headers, exc_info=None: status.append(int(s.split()[0])))
+                        "wsgi.errors": sys.stderr, PAID_POLICY: "read"})
+        status, limits = [], []
+
+        def start_response(line, headers, exc_info=None):
+            status.append(int(line.split()[0]))
+            limits.extend((name, value) for name, value in headers if name in RATE_HEADERS)
+
+        chunks = self.wsgi(environ, start_response)
         try:
             raw = b"".join(chunks)
         finally:
             getattr(chunks, "close", lambda: None)()
         try:
-            return status[0], json.loads(raw) if raw else None
+            return status[0], json.loads(raw) if raw else None, limits
         except ValueError:
-            return status[0], None
+            return status[0], None, limits
 
 
 def as_query_value(value: Any) -> str:
@@ -200,19 +210,19 @@ def _endpoint_runner(caller_app: InProcess, path: str, method: str, fixed: dict,
                      reshape: Callable[[dict], dict] | None):
     def run(arguments: dict, caller: str) -> Outcome:
         if method == "post":
-            status, body = caller_app.request("POST", path, fixed, arguments, caller)
+            status, body, limits = caller_app.request("POST", path, fixed, arguments, caller)
         else:
             query = {k: as_query_value(v) for k, v in arguments.items()} | fixed
-            status, body = caller_app.request("GET", path, query, None, caller)
+            status, body, limits = caller_app.request("GET", path, query, None, caller)
         if 200 <= status < 300 and isinstance(body, dict):
-            return Outcome(result=reshape(body) if reshape else body)
+            return Outcome(result=reshape(body) if reshape else body, limits=limits)
         sentence = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), str) else None
         if sentence and isinstance(body.get("parameter"), str):
             sentence = f"Argument {body['parameter']!r}: {sentence}"
             if "=" in sentence:  # the endpoint's examples are HTTP requests (?q=..., url=...)
                 sentence += " (Examples are written as the HTTP request; over MCP, send the value as the argument.)"
         return Outcome(error=sentence or f"{path} answered HTTP {status} without a JSON result.",
-                       details=body if sentence else None)
+                       details=body if sentence else None, limits=limits)
     return run
 
 
@@ -243,10 +253,14 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
 
     def with_conn(policy: str | None, work: Callable) -> Callable[[dict, str], Outcome]:
         def run(arguments: dict, caller: str) -> Outcome:
-            if policy:
-                decision = limiter.hit(policy, caller)
-                if not decision.allowed:
-                    return Outcome(error=decision.refusal())
+            if not policy:
+                return attempt(arguments, caller)
+            decision = limiter.hit(policy, caller)
+            outcome = attempt(arguments, caller) if decision.allowed else Outcome(error=decision.refusal())
+            outcome.limits = decision.headers()
+            return outcome
+
+        def attempt(arguments: dict, caller: str) -> Outcome:
             if not db.has_content(settings.db_path):  # a writer would build a new site.db that hides the outage
                 return Outcome(error=STORAGE_DOWN)
             try:

@@ -54,6 +54,10 @@ EXPOSED = "Link, RateLimit, RateLimit-Policy, Retry-After, ETag, Allow, x-markdo
 # (Reply.headers) still go through Bottle.
 CONVENTION_HEADERS = "siteapi.convention_headers"
 LENGTH_UNKNOWN = "siteapi.length_unknown"  # a HEAD whose GET would send a body of a length not known here
+# The environ key naming a policy whose unit the caller has spent on this request already: an MCP
+# tool's in-process call of its endpoint, paid for by the POST /mcp that asked for it.
+PAID_POLICY = "siteapi.paid_policy"
+RATE_HEADERS = ("RateLimit-Policy", "RateLimit")
 
 
 class ApiError(Exception):
@@ -211,6 +215,21 @@ def header(name: str, default: str | None = "") -> str | None:
         return value.encode("latin-1").decode("utf-8")
     except UnicodeError:
         return value
+
+
+def report_limits(headers: list[tuple[str, str]]) -> None:
+    """Adds to this response's RateLimit-Policy and RateLimit the policies that `headers` (another
+    answer's) name, where work done for this request spent them (an MCP tool's endpoint call, a
+    later tool call of a batch); a policy named twice keeps its latest state."""
+    convention = bottle.request.environ[CONVENTION_HEADERS]
+    for field_name in RATE_HEADERS:
+        members = {}
+        for name, value in [*convention, *headers]:
+            if name == field_name:
+                members.update((m.split(";", 1)[0], m) for m in (m.strip() for m in value.split(",")))
+        if members:
+            convention[:] = [(n, v) for n, v in convention if n != field_name]
+            convention.append((field_name, ", ".join(members.values())))
 
 
 def caller() -> str:
@@ -411,10 +430,11 @@ class Site:
                 raise method_refusal(request.path, method, allowed)
             if unserved_version:
                 raise unserved_version
-            decision = self.limiter.hit(policy, caller())
-            request.environ[CONVENTION_HEADERS] += decision.headers()
-            if not decision.allowed:
-                raise ApiError(429, decision.refusal(), code="rate_limited", retry_after=decision.retry_after)
+            if request.environ.get(PAID_POLICY) != policy:
+                decision = self.limiter.hit(policy, caller())
+                request.environ[CONVENTION_HEADERS] += decision.headers()
+                if not decision.allowed:
+                    raise ApiError(429, decision.refusal(), code="rate_limited", retry_after=decision.retry_after)
             if slots is None:
                 result = handler(**url_args)
             else:

@@ -499,8 +499,13 @@ def lens_api(site_settings, checker):
 def test_lens_tools_share_the_inspect_budget_with_the_endpoint(lens_api):
     api, web = lens_api
     tools = tools_by_name(api)
-    page = tool_call(api, "lens_page", {"url": web.url("/rich")}).json()["result"]
+    answered = tool_call(api, "lens_page", {"url": web.url("/rich")})
+    page = answered.json()["result"]
     assert page["isError"] is False, page
+    # the answer names each budget the call spent: the POST's read unit and its endpoint's inspect unit
+    read = api.get("/robots.txt").headers["RateLimit-Policy"]
+    assert answered.headers["RateLimit-Policy"] == f'{read}, "inspect";q=3;w=60'
+    assert answered.headers["RateLimit"].split(", ")[1].startswith('"inspect";r=2;')
     Draft202012Validator(tools["lens_page"]["outputSchema"]).validate(page["structuredContent"])
     summary = page["structuredContent"]  # REFERENCE: a LensSummary, page phase only, not the whole observation
     observed = api.get("/lens/fetch", params={"url": web.url("/rich"), "phases": "page"}).json()
@@ -548,35 +553,60 @@ def test_snapshot_tools_store_read_compare_and_have_their_own_budget(lens_api):
     assert "retry in" in over["content"][0]["text"]
 
 
-def test_mcp_spends_the_shared_read_budget_and_a_tool_call_its_endpoints_too(site_settings, checker):
+def test_mcp_spends_the_shared_read_budget_and_a_tool_call_one_unit_of_it(site_settings, checker):
     """/mcp is one more endpoint of the shared `read` budget (API.md §8), not a budget of its own; a
-    search through it also spends what /search.json spends."""
+    search through it spends the one unit /search.json spends, not a second for the search it runs
+    (agent_audit23 #7: two, and a RateLimit header one too high)."""
     from conftest import Client
 
-    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 5, 60)})
+    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 6, 60)})
     with serve_wsgi(make_app(settings).wsgi) as base:
         api = Client(base, checker)
-        assert api.get("/robots.txt").status_code == 200  # read 1 of 5
+        assert api.get("/robots.txt").status_code == 200  # read 1 of 6
         listed = call(api, request("tools/list"), {"MCP-Protocol-Version": "2025-06-18"})  # read 2
-        assert listed.headers["RateLimit-Policy"] == '"read";q=5;w=60'
-        searched = tool_call(api, "search_site", {"q": "carburetor"})  # read 3, and 4 for the search
-        assert searched.json()["result"]["isError"] is False
-        policy, remaining, reset = searched.headers["RateLimit"].split(";")
-        assert (policy, remaining) == ('"read"', "r=2")  # counted before the search ran
-        # t counts down from 60 from the first hit on: 60 only while that was under a second ago
-        assert reset.startswith("t=") and 1 <= int(reset[2:]) <= 60
-        assert api.get("/robots.txt").headers["RateLimit"].startswith('"read";r=0;')  # read 5
+        assert listed.headers["RateLimit-Policy"] == '"read";q=6;w=60'
+        for n in (3, 4):
+            searched = tool_call(api, "search_site", {"q": "carburetor"})  # read 3, then 4
+            assert searched.json()["result"]["isError"] is False
+            assert searched.headers["RateLimit-Policy"] == '"read";q=6;w=60'
+            policy, remaining, reset = searched.headers["RateLimit"].split(";")
+            assert (policy, remaining) == ('"read"', f"r={6 - n}")
+            # t counts down from 60 from the first hit on: 60 only while that was under a second ago
+            assert reset.startswith("t=") and 1 <= int(reset[2:]) <= 60
+        assert api.get("/robots.txt").headers["RateLimit"].startswith('"read";r=1;')  # read 5
+        last = tool_call(api, "search_site", {"q": "carburetor"})  # read 6
+        assert last.json()["result"]["isError"] is False and last.headers["RateLimit"].startswith('"read";r=0;')
+        assert tool_call(api, "search_site", {"q": "carburetor"}).status_code == 429  # the 7th
         over = call(api, request("tools/list", msg_id="list-2"), {"MCP-Protocol-Version": "2025-06-18"})
-        assert over.status_code == 429 and over.headers["RateLimit-Policy"] == '"read";q=5;w=60'
+        assert over.status_code == 429 and over.headers["RateLimit-Policy"] == '"read";q=6;w=60'
         # a JSON-RPC response to the request, which MCP clients show; a REST error body they would drop
         refusal = over.json()
         assert refusal["id"] == "list-2" and refusal["error"]["code"] == -32000
-        assert "read budget is 5 per 60 seconds" in refusal["error"]["message"]
+        assert "read budget is 6 per 60 seconds" in refusal["error"]["message"]
         assert refusal["error"]["data"]["code"] == "rate_limited"
         assert refusal["error"]["data"]["retry_after"] == int(over.headers["Retry-After"])
         padded = call(api, None, {"MCP-Protocol-Version": "2025-06-18"}, raw=json.dumps(
             {**request("ping", msg_id="big"), "params": {"_meta": {"pad": "x" * 100_000}}}))
         assert padded.status_code == 429 and padded.json()["id"] is None  # not read past 64 KB for its id
+
+
+def test_each_tool_call_of_a_batch_spends_its_own_read_unit(site_settings, checker):
+    """A batch (2024-11-05, 2025-03-26) is one POST: its unit pays for one tool call, and each other
+    call spends one more, refused as a tool error when none is left; the headers say what is left."""
+    from conftest import Client
+
+    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 3, 60)})
+    search = {"name": "search_site", "arguments": {"q": "carburetor"}}
+    batch = [request("tools/list", msg_id=0)] + [request("tools/call", search, msg_id=n) for n in (1, 2, 3, 4)]
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        api = Client(base, checker)
+        answered = call(api, batch, {"MCP-Protocol-Version": "2025-03-26"})
+        results = [answer["result"] for answer in answered.json()]
+        assert [r.get("isError") for r in results] == [None, False, False, False, True]  # the POST's, +1, +1, none
+        assert "read budget is 3 per 60 seconds" in results[4]["content"][0]["text"]
+        assert answered.headers["RateLimit-Policy"] == '"read";q=3;w=60'
+        assert answered.headers["RateLimit"].startswith('"read";r=0;')
+        assert api.get("/robots.txt").status_code == 429
 
 
 def test_an_unserved_api_version_is_a_json_rpc_error_to_the_request(api):

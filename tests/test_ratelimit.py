@@ -91,18 +91,23 @@ def test_callers_are_addresses_in_one_spelling_and_ipv6_by_its_64(site_settings)
 
 
 def test_an_ipv6_caller_spends_one_budget_over_http_and_mcp(site_settings):
-    """An MCP tool runs its endpoint for the caller it was called by: the /64 must stay that caller."""
-    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 4, 60)})
+    """An MCP tool runs its endpoint for the caller it was called by: the /64 must stay that caller,
+    for the POST's read unit and for the endpoint's own budget (lens_compare: `compare`)."""
+    rates = {**site_settings.rates, "read": RatePolicy("read", 4, 60), "compare": RatePolicy("compare", 1, 60)}
+    settings = dataclasses.replace(site_settings, rates=rates)
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "search_site", "arguments": {"q": "garage"}}}
+            "params": {"name": "lens_compare", "arguments": {"left": "http://10.0.0.1/", "right": "http://10.0.0.2/"}}}
     with serve_wsgi(make_app(settings).wsgi) as base:
         tool = requests.post(base + "/mcp", json=call, timeout=30, headers={
             "X-Forwarded-For": "2001:db8:9:1::1", "MCP-Protocol-Version": "2025-06-18",
             "Accept": "application/json, text/event-stream"})
-        assert tool.json()["result"]["isError"] is False  # two units: the POST and the search it ran
+        assert "public internet addresses" in tool.json()["result"]["content"][0]["text"]  # a read and a compare unit
         codes = [requests.get(base + "/search.json?q=garage", headers={"X-Forwarded-For": xff}, timeout=30).status_code
-                 for xff in ("2001:db8:9:1::2", "2001:db8:9:1::3", "2001:db8:9:1::4")]
-    assert codes == [200, 200, 429]
+                 for xff in ("2001:db8:9:1::2", "2001:db8:9:1::3", "2001:db8:9:1::4", "2001:db8:9:1::5")]
+        compared = requests.get(base + "/lens/compare.json?left=http://10.0.0.1/&right=http://10.0.0.2/",
+                                headers={"X-Forwarded-For": "2001:db8:9:1::6"}, timeout=30)
+    assert codes == [200, 200, 200, 429]
+    assert compared.status_code == 429 and "compare budget is 1" in compared.json()["error"]
 
 
 def test_a_flood_of_callers_seen_once_are_each_counted():
