@@ -284,7 +284,9 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
         Tool("representation_capture", "Representation Capture",
              "Fetch a public URL as up to four client profiles (browser, bot, markdown, identity; default "
              "browser, markdown and identity) and record how each was answered: status, final URL, caching "
-             f"and encoding headers, body size and SHA-256, title and word count. {stores} "
+             "and encoding headers, body size and SHA-256, title and word count; a profile whose fetch failed "
+             "is stored with its error. When no profile gets an answer, the call is an error with the fetch's "
+             f"sentence, as lens_inspect gives it, and stores nothing. {stores} "
              f"Limit {limiter.policies['representation_capture'].quota} per "
              f"{limiter.policies['representation_capture'].window} seconds per caller. {per_site}",
              {"type": "object", "additionalProperties": False, "required": ["url"], "properties": {

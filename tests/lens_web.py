@@ -143,6 +143,8 @@ class Handler(BaseHTTPRequestHandler):
             "/slow": self.slow,
             "/drip": self.drip,
             "/reset": self.reset,
+            "/reset-markdown": lambda: self.reset() if "markdown" in self.headers.get("Accept", "") else self.send(
+                200, RICH_PAGE.encode()),
             "/garbage": self.garbage,
             "/hangup": self.hangup,
             "/loop-a": lambda: self.redirect("/loop-b"),

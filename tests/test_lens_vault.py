@@ -69,9 +69,21 @@ def test_compare_refetches_the_same_profile_and_lists_changes(web, conn):
 
 
 def test_a_failing_profile_is_stored_with_its_error(web, conn):
-    out = vault.capture(conn, web.url("/reset"), profiles=["bot"], fetcher=lens_web.loopback_fetcher(web))
-    row = out["snapshots"][0]
-    assert row["status"] is None and "reset" in row["error"]
+    out = vault.capture(conn, web.url("/reset-markdown"), profiles=["bot", "markdown"],
+                        fetcher=lens_web.loopback_fetcher(web))
+    answered, failed = out["snapshots"]
+    assert answered["status"] == 200 and answered["error"] is None
+    assert failed["status"] is None and "reset" in failed["error"]
+
+
+def test_a_capture_that_no_profile_answered_is_the_fetch_error_and_stores_nothing(web, conn):
+    """agent_audit23 #12: rows holding only an error, answered ok, sent agents on to compare nothing;
+    the error is the one lens_inspect (/lens/fetch) gives for the same URL."""
+    with pytest.raises(ApiError) as raised:
+        vault.capture(conn, web.url("/reset"), profiles=["bot", "identity"], fetcher=lens_web.loopback_fetcher(web))
+    assert raised.value.status == 502 and raised.value.body["code"] == "upstream_failed"
+    assert "reset" in raised.value.body["error"]
+    assert conn.execute("SELECT count(*) FROM representation_snapshots").fetchone()[0] == 0
 
 
 def test_bad_input(web, conn):

@@ -131,6 +131,21 @@ def test_the_sdk_can_send_a_number_as_a_string_as_the_description_allows(mcp_sit
     assert many.structured_content["returned"] == min(50, many.structured_content["total"])
 
 
+def test_a_capture_no_profile_could_fetch_is_an_error_as_lens_inspect_gives_it(mcp_site):
+    """agent_audit23 #12: it answered ok with rows holding only the error."""
+    base, web = mcp_site
+
+    async def calls():
+        async with mcp.Client(base + "/mcp", mode="legacy") as client:
+            return [await client.call_tool(name, {"url": web.url("/reset")})
+                    for name in ("representation_capture", "lens_inspect")]
+
+    captured, inspected = asyncio.run(calls())
+    assert captured.is_error is True and inspected.is_error is True and captured.structured_content is None
+    assert captured.content[0].text == inspected.content[0].text and "reset" in captured.content[0].text
+    assert json.loads(captured.content[1].text)["code"] == "upstream_failed"
+
+
 def test_the_sdk_follows_a_trailing_slash_to_the_server(mcp_site):
     base, _ = mcp_site
 

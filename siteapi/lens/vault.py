@@ -23,7 +23,7 @@ from ..web import ApiError
 from . import page, targets
 from .fetch import (ACCEPT_ENCODING, ACCEPT_HTML, CHROME_UA, MAX_URL_CHARS, FetchFailed, Fetcher, FetchRefused,
                     FetchResult)
-from .observe import checked
+from .observe import checked, fetch_error
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS representation_snapshots (
@@ -93,7 +93,9 @@ def parse_profiles(profiles) -> list[str]:
 def capture(conn: sqlite3.Connection, url: str, profiles=None, *, fetcher: Fetcher,
             budget: TargetBudget | None = None) -> dict:
     """Fetch `url` as each profile, spending `budget` (targets.py), and store one row per profile.
-    Returns {ok, url, snapshots}."""
+    Returns {ok, url, snapshots}. When no profile got an answer, raises the error /lens/fetch
+    answers for the first failure and stores nothing: a snapshot holding only an error is nothing
+    to compare with."""
     names = parse_profiles(profiles)
     target = checked(url, fetcher)
     if len(target.url) > MAX_URL_CHARS:
@@ -101,7 +103,11 @@ def capture(conn: sqlite3.Connection, url: str, profiles=None, *, fetcher: Fetch
                        code="url_refused", parameter="url")
     fetcher = targets.spending(fetcher, budget, target)
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        rows = list(pool.map(lambda name: _observe(fetcher, target.url, name), names))
+        observed = list(pool.map(lambda name: _observe(fetcher, target.url, name), names))
+    failures = [failed for _, failed in observed if failed is not None]
+    if len(failures) == len(observed):
+        raise fetch_error(failures[0])
+    rows = [row for row, _ in observed]
     ids = _store(conn, rows)
     return {"ok": True, "url": target.url,
             "snapshots": [{"id": row_id, **row} for row_id, row in zip(ids, rows)]}
@@ -117,7 +123,7 @@ def compare(conn: sqlite3.Connection, snapshot_id, *, fetcher: Fetcher, budget: 
     row, list what changed."""
     before = _row(conn, snapshot_id)
     fetcher = targets.spending(fetcher, budget, checked(before["url"], fetcher))
-    after = _observe(fetcher, before["url"], before["profile"])
+    after, _ = _observe(fetcher, before["url"], before["profile"])  # a failure is a change worth keeping
     (after_id,) = _store(conn, [after])
     after = {"id": after_id, **after}
     changes = [{"field": name, "before": before[name], "after": after[name]}
@@ -125,7 +131,8 @@ def compare(conn: sqlite3.Connection, snapshot_id, *, fetcher: Fetcher, budget: 
     return {"ok": True, "before": before, "after": after, "changed": bool(changes), "changes": changes}
 
 
-def _observe(fetcher: Fetcher, url: str, profile: str) -> dict:
+def _observe(fetcher: Fetcher, url: str, profile: str) -> tuple[dict, FetchRefused | FetchFailed | None]:
+    """The row of one profile's fetch, and why the fetch failed when it did."""
     row = {"url": url, "profile": profile, "observed_at": db.now_iso(), "final_url": None, "status": None,
            **{column: None for column in HEADER_COLUMNS}, "body_bytes": None, "body_hash": None,
            "truncated": None, "title": None, "word_count": None, "error": None}
@@ -133,9 +140,9 @@ def _observe(fetcher: Fetcher, url: str, profile: str) -> dict:
         result = fetcher.fetch(url, PROFILES[profile])
     except (FetchRefused, FetchFailed) as exc:
         row["error"] = str(exc)
-        return row
+        return row, exc
     row.update(_describe(result))
-    return row
+    return row, None
 
 
 def _describe(result: FetchResult) -> dict:
