@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import time
-from collections import Counter
 from typing import NamedTuple
 from urllib.parse import urlencode, urlsplit
 
