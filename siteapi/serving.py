@@ -10,6 +10,10 @@ event stream until 18 KB had gathered, so a short /ask stream would arrive whole
 task below sends each piece of an unsized (streamed) response at once, and sized responses keep
 the single write. waitress's own error answers are JSON, like the app's.
 
+waitress warns "Task queue depth is N" for every request that finds no idle thread: 2,393 lines in
+a ten-second burst, burying the log when the box is busiest. `QueueWarnings` lets one through a
+minute, with the deepest queue and how many it held back.
+
 `max_request_body_size`: waitress's default is 1 GB, which it spools to disk before the app sees a
 byte, though no route reads more than `web.MAX_BODY_BYTES`. A body a little over that still reaches
 the app, which answers it in the route's own terms (a JSON-RPC error on /mcp); a larger one gets
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
+import time
 import warnings
 
 import waitress.server
@@ -89,10 +95,34 @@ class StreamingChannel(HTTPChannel):
     error_task_class = JsonErrorTask
 
 
+class QueueWarnings(logging.Filter):
+    """One "Task queue depth" warning a minute from waitress.queue, saying the deepest queue since."""
+
+    def __init__(self, every_s: float = 60):
+        super().__init__()
+        self.every_s, self.quiet_until, self.held, self.deepest = every_s, 0.0, 0, 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        depth = record.args[0] if isinstance(record.args, tuple) and record.args else 0
+        self.deepest = max(self.deepest, depth)
+        now = time.monotonic()
+        if now < self.quiet_until:
+            self.held += 1
+            return False
+        if self.held:
+            record.msg, record.args = ("Task queue depth is %d; %d such warnings held back, the deepest %d",
+                                       (depth, self.held, self.deepest))
+        self.quiet_until, self.held, self.deepest = now + self.every_s, 0, 0
+        return True
+
+
 def create_server(app, behind_proxy: bool = True, **overrides):
     """A waitress server for `app` under OPTIONS (and PROXY_OPTIONS unless told it is not behind
     Caddy), overridden by keyword; not yet running."""
     server = waitress.server.create_server(app, **OPTIONS, **(PROXY_OPTIONS if behind_proxy else {}), **overrides)
+    queue_log = server.task_dispatcher.queue_logger
+    if not any(isinstance(f, QueueWarnings) for f in queue_log.filters):
+        queue_log.addFilter(QueueWarnings())
     server.channel_class = StreamingChannel
     server.streaming_adj = copy.copy(server.adj)
     server.streaming_adj.send_bytes = 1
