@@ -923,6 +923,21 @@ def test_slow_request_bodies_at_the_edge_leave_the_app_to_everyone_else(tmp_path
 
 
 @needs_caddy
+def test_a_body_that_never_ends_is_given_up_at_the_edges_time_limit(tmp_path):
+    """The edge holds a body until it is whole, so it gives up on one that stops arriving (20 s;
+    SITE_BODY_TIMEOUT, 2 s here), freeing what it held: the client is answered or the connection
+    closed (review23 #1: 120 bodies stalled for good held 711 MB of Caddy's memory)."""
+    def read_body(environ, start_response):
+        environ["wsgi.input"].read()
+        return plain_ok(environ, start_response)
+
+    with serve_wsgi(read_body) as base, caddy_in_front(int(base.rsplit(":", 1)[1]), tmp_path, SITE_BODY_TIMEOUT="2s") as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"POST /ask HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 60000\r\n\r\n{")
+            sock.recv(65536)  # the edge's answer, or b"" when it closes; socket.timeout (a failure) after 30 s
+
+
+@needs_caddy
 def test_ledger_follows_the_real_caddy_log_rolls(tmp_path):
     """Caddy's own roller, set to 1 MiB: access.log becomes access-<UTC time>.log and then .log.gz
     while the ledger job is part-way through it. Runs before, across and after two rolls count every
