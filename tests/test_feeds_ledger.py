@@ -225,25 +225,52 @@ def test_rolled_file_deleted_is_reported(tmp_path, log):
     assert hits(settings)["gptbot"] == 2
 
 
+def rolled_stamp(seconds_from_now: float) -> str:
+    """A roll time as Caddy names a rolled file (UTC, to the millisecond)."""
+    when = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds_from_now)
+    return when.strftime("%Y-%m-%dT%H-%M-%S.000")
+
+
 def test_the_rolled_files_left_when_the_one_last_read_is_gone_are_read(tmp_path, log):
     """A flood rolls the log several times between two runs and the file last read is deleted: the
-    rolled files still there are newer than it and are read whole, not skipped (load_audit23 #5)."""
+    rolled files still there rolled after that run and are read whole, not skipped (load_audit23 #5)."""
     settings = settings_for(tmp_path, log)
     append(log, caddy_line("/a", UA["gptbot"]))
     run_ledger(settings)
     append(log, caddy_line("/b", UA["gptbot"]))
-    roll(log, "2026-11-20T01-00-00.000")
+    first = rolled_stamp(2)
+    roll(log, first)
     append(log, caddy_line("/c", UA["gptbot"]), caddy_line("/d", UA["claudebot"]))
-    roll(log, "2026-11-20T02-00-00.000", compress=True)
+    roll(log, rolled_stamp(3), compress=True)
     append(log, caddy_line("/e", UA["claudebot"]))
-    roll(log, "2026-11-20T03-00-00.000")
-    (log.parent / "access-2026-11-20T01-00-00.000.log").unlink()  # the one last read, with /b
+    roll(log, rolled_stamp(4))
+    (log.parent / f"access-{first}.log").unlink()  # the one last read, with /b
     append(log, caddy_line("/f", UA["gptbot"]))
     assert "may be missing" in run_ledger(settings)
     assert hits(settings) == {"gptbot": 3, "claudebot": 2}  # /a, /c, /f; /d, /e
     append(log, caddy_line("/g", UA["gptbot"]))
     assert "read 1 log lines" in run_ledger(settings)  # and read once only
     assert hits(settings) == {"gptbot": 4, "claudebot": 2}
+
+
+@pytest.mark.parametrize("by_hand", ["replaced", "emptied"])
+def test_a_log_replaced_or_emptied_by_hand_counts_no_rolled_file_again(tmp_path, log, by_hand):
+    """The live log deleted and started again, or emptied in place (`: > access.log` to free disk),
+    is not Caddy's roll: the rolled files were counted by earlier runs and stay counted once
+    (review23 #2: /ledger.json counted them twice)."""
+    settings = settings_for(tmp_path, log)
+    append(log, caddy_line("/a", UA["gptbot"]))
+    run_ledger(settings)
+    roll(log, rolled_stamp(-1))  # before the next run: its lines were read by the first
+    append(log, caddy_line("/b", UA["gptbot"]))
+    run_ledger(settings)
+    assert hits(settings) == {"gptbot": 2}
+    if by_hand == "replaced":
+        log.unlink()
+    log.write_text("")
+    append(log, caddy_line("/c", UA["gptbot"]))
+    assert "may be missing" in run_ledger(settings)
+    assert hits(settings) == {"gptbot": 3}
 
 
 def test_unreadable_log_keeps_counts_and_position(tmp_path, log):
@@ -296,8 +323,9 @@ def test_a_damaged_rolled_gz_is_read_as_far_as_it_goes_then_the_job_moves_on(tmp
     append(log, caddy_line("/a", UA["gptbot"]))
     run_ledger(settings)
     append(log, *(caddy_line(f"/b{i}/{'x' * (i % 97)}", UA["gptbot"]) for i in range(3000)))
-    roll(log, "2026-11-20T01-00-00.000", compress=True)
-    rolled = log.parent / "access-2026-11-20T01-00-00.000.log.gz"
+    stamp = rolled_stamp(2)
+    roll(log, stamp, compress=True)
+    rolled = log.parent / f"access-{stamp}.log.gz"
     data = rolled.read_bytes()
     middle = len(data) // 2
     rolled.write_bytes(data[:middle] if damage == "cut short" else data[:middle] + bytes(256) + data[middle + 256:])

@@ -5,8 +5,9 @@ survives renames and gzip; before any complete line was read, the file's inode, 
 the rename). When Caddy rolls the log (`access.log` becomes
 `access-<time>.log`, later `.log.gz`, and a new `access.log` starts) the job first finishes the
 rolled file from its offset, then reads any later rolled files whole, then the new log: nothing
-lost, nothing counted twice. Should that file be gone (deleted after more rolls than Caddy keeps),
-every rolled file left is newer and is read whole, and only the rest of the lost file is missing. Only complete lines are consumed, and counts and the new position
+lost, nothing counted twice. Should that file be gone (deleted after more rolls than Caddy keeps,
+or the log replaced or emptied by hand), the rolled files whose names say they rolled after the
+last run are read whole, and only the rest of the lost file is missing. Only complete lines are consumed, and counts and the new position
 are written in one transaction, so a failed run changes nothing, and a run that finds another
 one committed first while it read (a hand-started run beside the scheduler's) changes nothing. Responses below 400 whose
 User-Agent the crawler registry knows (our own AadharshBot excepted) are counted per UTC day,
@@ -61,6 +62,7 @@ PATH_CAP = 300
 WINDOW_DAYS = 30
 TOP_PATHS = 5
 _SLASHES = re.compile(r"/{2,}")
+_ROLLED_AT = re.compile(r"-(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d)(?:\.\d+)?\.[^-]*$")
 
 
 def _open(path: Path):
@@ -121,8 +123,16 @@ def _plan(log: Path, state) -> tuple[list[tuple[Path, int, bool]], bool]:
     for i, path in enumerate(rolled):
         if _same_file(path, fp, fp_len):
             return [(path, offset, False)] + [(p, 0, False) for p in rolled[i + 1:]] + [(log, 0, True)], False
-    # The file last read is gone (rolled away, oldest first): every rolled file left is newer than it.
-    return [(p, 0, False) for p in rolled] + [(log, 0, True)], True
+    # The file last read is gone: rolled and deleted, or the log replaced or emptied by hand. The
+    # rolled files named as rolled after that read hold only lines written since; the rest were read.
+    read_at = state["read_at"].rstrip("Z").replace(":", "-")
+    return [(p, 0, False) for p in rolled if (_rolled_at(p) or "") > read_at] + [(log, 0, True)], True
+
+
+def _rolled_at(path: Path) -> str | None:
+    """When Caddy rolled `path`, from its name (access-2026-11-20T01-00-00.000.log: UTC, to the second)."""
+    match = _ROLLED_AT.search(path.name)
+    return match[1] if match else None
 
 
 def routed_path(uri: str) -> str:
