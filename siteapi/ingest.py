@@ -61,6 +61,7 @@ class IngestReport:
     failed: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     folders: list[str] = field(default_factory=list)
+    thumbnails: list[str] = field(default_factory=list)  # photos unchanged whose missing thumbnails were made again
 
     def summary(self) -> str:
         line = (f"added {len(self.added)}, updated {len(self.updated)}, "
@@ -72,6 +73,8 @@ class IngestReport:
         if self.folders:
             line += (f"; skipped {len(self.folders)} subfolder{'s' if len(self.folders) > 1 else ''} "
                      f"(only the folder's own files are read): " + _named(self.folders))
+        if self.thumbnails:
+            line += f"; made the missing thumbnails of {len(self.thumbnails)} again: " + _named(self.thumbnails)
         return line
 
 
@@ -333,8 +336,10 @@ def run_photos(settings) -> str:
                             row = build_row(path, data, sidecar_text, content_hash, stat_key, images_dir,
                                             old["uploaded"] if old else now, now)
                             if old is not None and all(row[c] == old[c] for c in PHOTO_COLUMNS if c != "updated"):
-                                row["updated"] = old["updated"]  # only its thumbnails were made again
-                            written |= _thumb_names(row)
+                                report.thumbnails.append(path.stem)  # its row and public copy stay as they are
+                                row = None
+                            else:
+                                written |= _thumb_names(row)
                     if settings.originals_public and (row or not _copy_is_current(path, full_dir / path.name)):
                         copy = public_original(data if data is not None else path.read_bytes())
                         copies[path.name] = _stage_copy(full_dir, path.name, copy)

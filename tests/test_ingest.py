@@ -251,18 +251,23 @@ def test_rerun_changes_and_deletions(tmp_path):
 
 def test_thumbnails_that_go_missing_are_made_again(tmp_path):
     """A thumbnail deleted, or an images_dir lost (moved, emptied, not in the backup), is made again
-    by the next run, byte for byte, keeping the photo's row and upload date; the manifest never
-    names a file that is not there."""
+    by the next run, byte for byte, leaving the photo's row, and its public copy where that is
+    still there, as they were; the manifest never names a file that is not there."""
     settings = make_settings(tmp_path)
     paths = demo_photos.generate(settings.photos_dir, count=3)
     ingest.run_photos(settings)
     before, files = rows(settings), {name: (settings.images_dir / name).read_bytes() for name in thumbnail_files(settings)}
+    copy = settings.images_dir / "full" / paths[0].name
+    copy_stat = copy.stat()
     lost = before[paths[0].stem]["thumb_small"]
     (settings.images_dir / lost).unlink()
-    assert ingest.run_photos(settings) == "added 0, updated 1, removed 0, failed 0"
+    assert ingest.run_photos(settings) == ("added 0, updated 0, removed 0, failed 0; "
+                                           f"made the missing thumbnails of 1 again: {paths[0].stem}")
     assert (settings.images_dir / lost).read_bytes() == files[lost]
+    assert (copy.stat().st_ino, copy.stat().st_mtime_ns) == (copy_stat.st_ino, copy_stat.st_mtime_ns)  # not rewritten
     shutil.rmtree(settings.images_dir)
-    assert ingest.run_photos(settings) == "added 0, updated 3, removed 0, failed 0"
+    assert ingest.run_photos(settings).startswith("added 0, updated 0, removed 0, failed 0; "
+                                                  "made the missing thumbnails of 3 again: ")
     assert {name: (settings.images_dir / name).read_bytes() for name in thumbnail_files(settings)} == files
     assert rows(settings) == before
     assert public_copies(settings) == {row["file_name"] for row in before.values()}
