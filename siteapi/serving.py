@@ -96,23 +96,25 @@ class StreamingChannel(HTTPChannel):
 
 
 class QueueWarnings(logging.Filter):
-    """One "Task queue depth" warning a minute from waitress.queue, saying the deepest queue since."""
+    """One "Task queue depth" warning a minute from waitress.queue; the next one says how many were
+    held back, when, and the deepest queue among them."""
 
     def __init__(self, every_s: float = 60):
         super().__init__()
-        self.every_s, self.quiet_until, self.held, self.deepest = every_s, 0.0, 0, 0
+        self.every_s, self.quiet_until = every_s, 0.0
+        self.held, self.deepest, self.held_from, self.held_to = 0, 0, 0.0, 0.0
 
     def filter(self, record: logging.LogRecord) -> bool:
         depth = record.args[0] if isinstance(record.args, tuple) and record.args else 0
-        self.deepest = max(self.deepest, depth)
-        now = time.monotonic()
-        if now < self.quiet_until:
-            self.held += 1
+        if record.created < self.quiet_until:
+            self.held, self.deepest = self.held + 1, max(self.deepest, depth)
+            self.held_from, self.held_to = self.held_from or record.created, record.created
             return False
         if self.held:
-            record.msg, record.args = ("Task queue depth is %d; %d such warnings held back, the deepest %d",
-                                       (depth, self.held, self.deepest))
-        self.quiet_until, self.held, self.deepest = now + self.every_s, 0, 0
+            record.msg = "Task queue depth is %d; %d such warnings held back from %s to %s UTC, the deepest %d"
+            record.args = (depth, self.held, *(time.strftime("%H:%M:%S", time.gmtime(t))
+                                               for t in (self.held_from, self.held_to)), self.deepest)
+        self.quiet_until, self.held, self.deepest, self.held_from = record.created + self.every_s, 0, 0, 0.0
         return True
 
 
