@@ -271,7 +271,8 @@ def status(settings: Settings) -> int:
         else:
             state = (f"ok {row['finished']}: {row['summary']}" if row["ok"] else
                      f"FAILED {row['finished']}: {row['error']}")
-            due = next_due(name, datetime.fromisoformat(row["started"]))
+            # from its end: a run longer than its interval makes the scheduler skip the fires it overlapped
+            due = next_due(name, datetime.fromisoformat(row["finished"]))
             if now - due > LATE_AFTER:  # a run that could not record itself (a full disk) leaves no row
                 state = (f"{state} | no run recorded since, though one was due {due:%Y-%m-%dT%H:%M:%SZ}: is the "
                          "scheduler running, and can it write site.db?")
@@ -282,12 +283,12 @@ def status(settings: Settings) -> int:
 LATE_AFTER = timedelta(minutes=5)
 
 
-def next_due(name: str, started: datetime) -> datetime:
-    """When the scheduler runs `name` next after a run started at `started`."""
+def next_due(name: str, ended: datetime) -> datetime:
+    """When the scheduler runs `name` at the latest after a run that ended at `ended`."""
     trigger = build_trigger(JOBS[name].trigger)
     if isinstance(trigger, IntervalTrigger):
-        return started + trigger.interval
-    return trigger.get_next_fire_time(None, started + timedelta(seconds=1))
+        return ended + trigger.interval
+    return trigger.get_next_fire_time(None, ended + timedelta(seconds=1))
 
 
 def _unfinished(settings: Settings, name: str) -> str:

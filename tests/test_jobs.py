@@ -132,18 +132,20 @@ def test_status_says_when_a_job_has_recorded_no_run_since_one_was_due(settings, 
         conn.executemany("INSERT INTO job_runs(name, started, finished, ok, summary) VALUES (?, ?, ?, 1, 'fine')", [
             ("content", db.now_iso(3600), db.now_iso(3590)),  # every 10 minutes: late
             ("photos", db.now_iso(60), db.now_iso(50)),  # every 15 minutes: not yet due
-            ("census", db.now_iso(3 * 86400), db.now_iso(3 * 86400 - 10)),  # Mondays: due within the week
+            ("census", db.now_iso(8 * 86400), db.now_iso(8 * 86400 - 10)),  # Mondays: a Monday has passed since
             ("lens-caches", db.now_iso(3600 + 240), db.now_iso(3600 + 230)),  # hourly: within five minutes of due
+            # a first photos-like run longer than its interval: due a whole interval after it ended, not before
+            ("calendar", db.now_iso(3600), db.now_iso(120)),
         ])
     conn.close()
     assert jobs.status(settings) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert "ok " in lines["content"] and "| no run recorded since, though one was due " in lines["content"]
     assert "can it write site.db?" in lines["content"]
-    assert "no run recorded" not in lines["photos"] + lines["lens-caches"]
-    due = jobs.next_due("census", datetime.now(timezone.utc) - timedelta(days=3))
-    assert due.weekday() == 0 and (due.hour, due.minute) == (8, 17)
-    assert ("no run recorded" in lines["census"]) == (datetime.now(timezone.utc) - due > jobs.LATE_AFTER)
+    assert "no run recorded" not in lines["photos"] + lines["lens-caches"] + lines["calendar"]
+    assert "no run recorded since, though one was due" in lines["census"]
+    due = jobs.next_due("census", datetime(2026, 11, 18, 9, 0, tzinfo=timezone.utc))  # a Wednesday
+    assert due == datetime(2026, 11, 23, 8, 17, tzinfo=timezone.utc)  # the Monday after, 08:17 UTC
 
 
 def test_status_of_a_site_db_that_cannot_be_read_is_a_sentence(settings, capsys):
