@@ -1,6 +1,6 @@
 """The scheduler's start: which cron jobs run at once because their schedule fired while the stack
 was down (or they never succeeded), and which wait for their next fire time."""
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
 
