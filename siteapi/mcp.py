@@ -160,8 +160,8 @@ class McpServer:
                                              "https://example.com or null; malformed origins are refused."))
         raw = body(MAX_BODY_BYTES)
         if len(raw) > MAX_BODY_BYTES:
-            return self._http(413, rpc_error(None, INVALID_REQUEST, "The request body is larger than 1 MB; send "
-                                             "smaller messages."))
+            return self._http(413, rpc_error(None, INVALID_REQUEST, f"The request body is larger than "
+                                             f"{MAX_BODY_BYTES // 1024} KB; send smaller messages."))
         try:
             message = json.loads(raw)
         except (ValueError, RecursionError) as exc:  # RecursionError: thousands of nested arrays

@@ -16,8 +16,9 @@ minute, with the deepest queue and how many it held back.
 
 `max_request_body_size`: waitress's default is 1 GB, which it spools to disk before the app sees a
 byte, though no route reads more than `web.MAX_BODY_BYTES`. A body a little over that still reaches
-the app, which answers it in the route's own terms (a JSON-RPC error on /mcp); a larger one gets
-waitress's 413 as soon as its Content-Length arrives.
+the app, which answers it in the route's own terms (a JSON-RPC error on /mcp); one of twice that or
+more gets waitress's 413 as soon as its Content-Length arrives (and the edge's, the same, before it
+reaches the app: Caddyfile).
 """
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ class JsonErrorTask(ErrorTask):
         error = self.request.error
         adj = self.channel.adj
         # In our words where waitress's would name its settings (max_body, max_header)
-        detail = {413: f"the body is over {adj.max_request_body_size // 2**20} MB, more than any endpoint here reads",
+        detail = {413: f"the body is over {adj.max_request_body_size // 2**10} KB, more than any endpoint here reads",
                   431: f"the headers are over {adj.max_request_header_size // 2**10} KB"}.get(
                       error.code, " ".join(str(error.body).split()).rstrip("."))
         body = json.dumps({"error": f"{error.reason}: {detail}; {self.ADVICE.get(error.code, 'try again later')}.",

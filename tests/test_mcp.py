@@ -335,9 +335,10 @@ def test_versions_without_batches_refuse_them(api, version):
     assert refused.status_code == 400 and error_code(refused) == -32600 and version in refused.json()["error"]["message"]
 
 
-def test_a_body_over_one_megabyte_is_413(api):
-    response = call(api, None, raw=json.dumps(request("ping", {"pad": "x" * (1 << 20)})).encode())
+def test_a_body_over_256_kb_is_413(api):
+    response = call(api, None, raw=json.dumps(request("ping", {"pad": "x" * 300_000})).encode())
     assert response.status_code == 413 and error_code(response) == -32600
+    assert "larger than 256 KB" in response.json()["error"]["message"]
 
 
 def test_a_compressed_body_is_a_415_as_a_json_rpc_error(api):
@@ -623,10 +624,10 @@ def test_a_failing_tool_gives_the_endpoints_whole_error_after_its_sentence(api):
     assert failed["content"][0]["text"].startswith(f"Argument 'q': {details['error']}") and details["parameter"] == "q"
 
 
-@pytest.mark.parametrize("profiles", [[{"a": 1}], [["browser"]], [{str(k): 0 for k in range(1500)} | {"x": i} for i in range(64)]])
+@pytest.mark.parametrize("profiles", [[{"a": 1}], [["browser"]], [{str(k): 0 for k in range(1200)} | {"x": i} for i in range(16)]])
 def test_arrays_of_objects_are_refused_before_the_schema_compares_them(api, profiles):
     """jsonschema's uniqueItems compares every pair of objects in full: 64 objects of 1,500 keys took
-    about a second of CPU with the GIL held."""
+    about a second of CPU with the GIL held (a body the 256 KB cap now refuses; 16 of 1,200 fit it)."""
     refused = tool_call(api, "representation_capture", {"url": "https://example.com/", "profiles": profiles})
     assert error_code(refused) == -32602
     assert "'profiles' holds objects or arrays; every tool's arrays take strings" in refused.json()["error"]["message"]

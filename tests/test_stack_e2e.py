@@ -473,19 +473,30 @@ def test_api_through_caddy(edge):
 @needs_caddy
 def test_a_body_over_the_apps_cap_gets_the_apps_413_at_the_edge(stack):
     """The edge reads bodies whole before asking the app; one as large as waitress refuses gets the
-    same JSON 413 there, every time (passed on, Caddy 2.6 answered 502 as often as not), and one
-    just under reaches the app."""
+    same JSON 413 there, every time (passed on, Caddy 2.6 answered 502 as often as not), with a
+    Content-Length or chunked without one (review23b #2); one just under reaches the app, and so
+    does a Content-Length written with leading zeros (review23b #4)."""
     app = f"http://127.0.0.1:{stack['SITE_PORT']}"
     direct = requests.post(app + "/ask", data=b"x" * (3 << 20), headers={"Content-Type": "application/json"}, timeout=30)
     assert direct.status_code == 413 and direct.json()["code"] == "body_too_large"
-    for size in (3 << 20, 2 << 20, 3 << 20, 50 << 20):
-        edge = requests.post(stack["edge"] + "/ask", data=b"x" * size, headers={"Content-Type": "application/json"},
-                             timeout=60)
-        assert (edge.status_code, edge.json()) == (413, direct.json()), (size, edge.status_code, edge.text[:200])
+    assert "over 512 KB" in direct.json()["error"]
+
+    def chunks(size: int):
+        for start in range(0, size, 65536):
+            yield b"x" * min(65536, size - start)
+
+    for body in (b"x" * (3 << 20), b"x" * (512 << 10), b"x" * (50 << 20), chunks(600_000), chunks(50 << 20)):
+        edge = requests.post(stack["edge"] + "/ask", data=body, headers={"Content-Type": "application/json"}, timeout=60)
+        assert (edge.status_code, edge.json()) == (413, direct.json()), (edge.status_code, edge.text[:200])
         assert edge.headers["Cache-Control"] == "no-store" and edge.headers["Access-Control-Allow-Origin"] == "*"
-    under = requests.post(stack["edge"] + "/ask", data=b"x" * ((2 << 20) - 1), headers={"Content-Type": "application/json"},
+    under = requests.post(stack["edge"] + "/ask", data=b"x" * ((512 << 10) - 1), headers={"Content-Type": "application/json"},
                           timeout=60)
-    assert under.status_code == 400 and under.json()["parameter"] == "body"  # the app's own answer: not JSON
+    assert under.status_code == 400 and under.json()["parameter"] == "body"  # the app's own answer: over 64 KB
+    with socket.create_connection(("127.0.0.1", stack["CADDY_PORT"]), timeout=30) as sock:
+        sock.sendall(b'POST /ask HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 000000020\r\n'
+                     b'Connection: close\r\n\r\n{"query": "carbs!!"}')
+        answer = read_until(sock, b"\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]  # read as 20 bytes, not as a number of nine digits
 
 
 @needs_caddy
