@@ -335,8 +335,10 @@ def run_photos(settings) -> str:
                             sidecar_text = sidecar_bytes.decode("utf-8-sig", "replace") if sidecar_bytes else None
                             row = build_row(path, data, sidecar_text, content_hash, stat_key, images_dir,
                                             old["uploaded"] if old else now, now)
-                            if old is not None and all(row[c] == old[c] for c in PHOTO_COLUMNS if c != "updated"):
+                            if old is not None and all(row[c] == old[c] for c in PHOTO_COLUMNS
+                                                       if c not in ("updated", "stat_key")):
                                 report.thumbnails.append(path.stem)  # its row and public copy stay as they are
+                                touched.append((stat_key, path.stem))  # (an original restored with a new mtime)
                                 row = None
                             else:
                                 written |= _thumb_names(row)
