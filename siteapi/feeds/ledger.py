@@ -233,6 +233,7 @@ def run_ledger(settings) -> str:
     conn = db.writer(settings.db_path)
     try:
         state = conn.execute("SELECT * FROM ledger_state WHERE id = 1").fetchone()
+        read_at = db.now_iso()  # before reading: a file rolled while this run reads is newer (_plan)
         got = read_new_lines(Path(log), state)
         cutoff = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=KEEP_DAYS)).strftime("%Y-%m-%d")
         totals = (state["lines_total"], state["counted_total"], state["malformed_total"]) if state else (0, 0, 0)
@@ -246,7 +247,7 @@ def run_ledger(settings) -> str:
             conn.execute("DELETE FROM ledger_hits WHERE day < ?", (cutoff,))
             conn.execute(
                 "INSERT OR REPLACE INTO ledger_state VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (str(log), got["offset"], got["fingerprint"], got["fingerprint_len"], db.now_iso(),
+                (str(log), got["offset"], got["fingerprint"], got["fingerprint_len"], read_at,
                  totals[0] + got["lines"], totals[1] + sum(got["counts"].values()), totals[2] + got["malformed"]))
     finally:
         conn.close()
