@@ -107,15 +107,16 @@ class QueueWarnings(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         depth = record.args[0] if isinstance(record.args, tuple) and record.args else 0
-        if record.created < self.quiet_until:
+        now = time.monotonic()  # the quiet minute: a step of the wall clock neither lengthens nor ends it
+        if now < self.quiet_until:
             self.held, self.deepest = self.held + 1, max(self.deepest, depth)
             self.held_from, self.held_to = self.held_from or record.created, record.created
             return False
         if self.held:
             record.msg = "Task queue depth is %d; %d such warnings held back from %s to %s UTC, the deepest %d"
-            record.args = (depth, self.held, *(time.strftime("%H:%M:%S", time.gmtime(t))
+            record.args = (depth, self.held, *(time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
                                                for t in (self.held_from, self.held_to)), self.deepest)
-        self.quiet_until, self.held, self.deepest, self.held_from = record.created + self.every_s, 0, 0, 0.0
+        self.quiet_until, self.held, self.deepest, self.held_from = now + self.every_s, 0, 0, 0.0
         return True
 
 
