@@ -10,7 +10,9 @@ A site.db that is missing or empty when a writer opens it is made whole under a 
 and renamed into place, after the -wal and -shm of the file that was there are set aside (SQLite
 would otherwise replay that WAL into the new file). A thread's reader follows the file at the path:
 when it is replaced by another database it reopens; while the path holds nothing readable (deleted,
-garbage) it keeps reading the file it has, the last good data.
+garbage) it keeps reading the file it has, the last good data. When SQLite cannot make the file's
+WAL index (site.db-shm) for a reader, the disk full as the app starts, a site.db whose WAL holds
+nothing is read as it stands on disk (`immutable`) until the index can be made again.
 """
 from __future__ import annotations
 
@@ -54,12 +56,32 @@ CREATE INDEX IF NOT EXISTS job_runs_name ON job_runs(name, started);
 """
 
 
+class AsOnDisk(sqlite3.Connection):
+    """A reader opened `immutable`, its WAL index not to be made: reader() tries again."""
+
+
+_told_as_on_disk: set[str] = set()
+
+
 def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
     """Open site.db. Read-only connections cannot write even by mistake (`mode=ro`); a writer
     makes a missing or empty site.db first (`_create`)."""
     path = Path(path)
     if readonly:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA schema_version")  # opens the file and its WAL index now
+        except sqlite3.OperationalError as exc:
+            if "disk i/o" not in str(exc).lower() or _wal_bytes(path):
+                raise
+            # No WAL index, and no WAL to index: the file on disk is the whole database.
+            conn.close()
+            conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False,
+                                   factory=AsOnDisk)
+            if str(path) not in _told_as_on_disk:
+                _told_as_on_disk.add(str(path))
+                log.warning("%s It is read as it stands on disk until its WAL index can be made again.",
+                            storage_problem(path, exc))
     else:
         if not has_content(path):
             _create(path)
@@ -73,6 +95,13 @@ def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
         # A WAL grown by one large write (a rebuild) is cut back to this once a checkpoint empties it.
         conn.execute(f"PRAGMA journal_size_limit={WAL_KEEP_BYTES}")
     return conn
+
+
+def _wal_bytes(path: Path) -> int:
+    try:
+        return os.stat(f"{path}-wal").st_size
+    except OSError:
+        return 0
 
 
 def lock_path(db_path: Path, holder: str) -> Path:
@@ -288,6 +317,13 @@ def reader(path: str | Path) -> sqlite3.Connection:
         conn, identity, checked = held
         if now - checked < REOPEN_CHECK_S:
             return conn
+        if isinstance(conn, AsOnDisk):  # read as it stands on disk: its WAL index may be made again now
+            with contextlib.suppress(sqlite3.Error):
+                fresh = connect(path, readonly=True)
+                if not isinstance(fresh, AsOnDisk):
+                    _told_as_on_disk.discard(key)
+                    conns[key] = (fresh, identity_of(Path(path)), now)
+                    return fresh
         current = identity_of(Path(path))
         if current is None or current == identity or not can_serve(Path(path), over=conn):
             conns[key] = (conn, identity, now)
