@@ -83,6 +83,13 @@ BUDGET = "read"  # the /mcp route's policy (app.py), one unit of which each tool
 TOOL_CALLED = "siteapi.mcp_tool_called"  # environ: this POST's own unit paid for a tool call already
 
 
+def unknown_method(method: str, answers: str) -> "RpcError":
+    # The agent card names /mcp as its endpoint, so A2A clients send their own methods here.
+    a2a = (" It is an MCP server: the agent card (/.well-known/agent-card.json) describes its tools for discovery"
+           " and it speaks no A2A methods." if method.startswith(("message/", "tasks/", "agent/")) else "")
+    return RpcError(METHOD_NOT_FOUND, f"Unknown method {method[:80]!r}; {answers}.{a2a}")
+
+
 class RpcError(Exception):
     def __init__(self, code: int, message: str, data: Any = None):
         super().__init__(message)
@@ -286,8 +293,7 @@ class McpServer:
             if version < "2025-06-18":
                 result.pop("structuredContent", None)
             return result
-        raise RpcError(METHOD_NOT_FOUND, f"Unknown method {method[:80]!r}; this server answers initialize, ping, "
-                       "tools/list and tools/call.")
+        raise unknown_method(method, "this server answers initialize, ping, tools/list and tools/call")
 
     def _modern(self, method: str, params: dict, version: str) -> dict:
         stamp = {"resultType": "complete", "_meta": {SERVER_INFO_KEY: self.info}}
@@ -300,8 +306,7 @@ class McpServer:
                     "cacheScope": "public", **stamp}
         if method == "tools/call":
             return {**self.call(params, version), **stamp}
-        raise RpcError(METHOD_NOT_FOUND, f"Unknown method {method[:80]!r}; protocol {version} answers "
-                       "server/discover, tools/list and tools/call.")
+        raise unknown_method(method, f"protocol {version} answers server/discover, tools/list and tools/call")
 
     @staticmethod
     def _no_cursor(params: dict) -> None:

@@ -305,6 +305,15 @@ def test_malformed_messages_get_the_right_json_rpc_error(api, raw, code, status)
     assert len(response.json()["error"]["message"]) < 400
 
 
+def test_an_a2a_client_is_told_this_is_an_mcp_server(api):
+    """The agent card names /mcp, so an A2A client sends message/send there (agent_audit23 #15)."""
+    for response in (call(api, request("message/send", {"message": {"role": "user", "parts": []}})),
+                     modern(api, "message/send")):
+        message = response.json()["error"]["message"]
+        assert error_code(response) == -32601 and "It is an MCP server" in message and "no A2A methods" in message
+    assert "A2A" not in call(api, request("resources/list")).json()["error"]["message"]
+
+
 @pytest.mark.parametrize("params, named", [("null", "not null"), ("[1]", "not an array")])
 def test_params_that_are_not_an_object_are_named_as_sent(api, params, named):
     raw = '{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": %s}' % params
