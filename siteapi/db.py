@@ -63,25 +63,16 @@ class AsOnDisk(sqlite3.Connection):
 _told_as_on_disk: set[str] = set()
 
 
-def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
-    """Open site.db. Read-only connections cannot write even by mistake (`mode=ro`); a writer
-    makes a missing or empty site.db first (`_create`)."""
+def connect(path: str | Path, readonly: bool = False, as_it_stands: bool = False) -> sqlite3.Connection:
+    """Open site.db. Read-only connections cannot write even by mistake (`mode=ro`); with
+    `as_it_stands` (the app's readers), one whose WAL index cannot be made reads the file as it
+    stands on disk when no WAL holds anything (AsOnDisk). A writer makes a missing or empty site.db
+    first (`_create`)."""
     path = Path(path)
     if readonly:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        try:
-            conn.execute("PRAGMA schema_version")  # opens the file and its WAL index now
-        except sqlite3.OperationalError as exc:
-            if "disk i/o" not in str(exc).lower() or _wal_bytes(path):
-                raise
-            # No WAL index, and no WAL to index: the file on disk is the whole database.
-            conn.close()
-            conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False,
-                                   factory=AsOnDisk)
-            if str(path) not in _told_as_on_disk:
-                _told_as_on_disk.add(str(path))
-                log.warning("%s It is read as it stands on disk until its WAL index can be made again.",
-                            storage_problem(path, exc))
+        if as_it_stands:
+            conn = _or_as_it_stands(path, conn)
     else:
         if not has_content(path):
             _create(path)
@@ -95,6 +86,23 @@ def connect(path: str | Path, readonly: bool = False) -> sqlite3.Connection:
         # A WAL grown by one large write (a rebuild) is cut back to this once a checkpoint empties it.
         conn.execute(f"PRAGMA journal_size_limit={WAL_KEEP_BYTES}")
     return conn
+
+
+def _or_as_it_stands(path: Path, conn: sqlite3.Connection) -> sqlite3.Connection:
+    """`conn`, or, when SQLite cannot make its WAL index (a full disk) and no WAL holds anything,
+    an AsOnDisk reader of the file as it stands: then the file on disk is the whole database."""
+    try:
+        conn.execute("PRAGMA schema_version")  # opens the file and its WAL index now
+        return conn
+    except sqlite3.OperationalError as exc:
+        if "disk i/o" not in str(exc).lower() or _wal_bytes(path):
+            raise
+        conn.close()
+        if str(path) not in _told_as_on_disk:
+            _told_as_on_disk.add(str(path))
+            log.warning("%s It is read as it stands on disk until its WAL index can be made again.",
+                        storage_problem(path, exc))
+        return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False, factory=AsOnDisk)
 
 
 def _wal_bytes(path: Path) -> int:
@@ -317,14 +325,14 @@ def reader(path: str | Path) -> sqlite3.Connection:
         conn, identity, checked = held
         if now - checked < REOPEN_CHECK_S:
             return conn
-        if isinstance(conn, AsOnDisk):  # read as it stands on disk: its WAL index may be made again now
+        current = identity_of(Path(path))
+        if isinstance(conn, AsOnDisk) and current == identity:  # its WAL index may be made again now
             with contextlib.suppress(sqlite3.Error):
-                fresh = connect(path, readonly=True)
+                fresh = connect(path, readonly=True, as_it_stands=True)
                 if not isinstance(fresh, AsOnDisk):
                     _told_as_on_disk.discard(key)
-                    conns[key] = (fresh, identity_of(Path(path)), now)
+                    conns[key] = (fresh, identity, now)
                     return fresh
-        current = identity_of(Path(path))
         if current is None or current == identity or not can_serve(Path(path), over=conn):
             conns[key] = (conn, identity, now)
             return conn
@@ -333,7 +341,7 @@ def reader(path: str | Path) -> sqlite3.Connection:
     if good is not None and good[1] != identity and (identity is None or not can_serve(Path(path), over=good[0])):
         conns[key] = (good[0], good[1], now)  # a thread that never opened it: the process's last good file
         return good[0]
-    conn = connect(path, readonly=True)
+    conn = connect(path, readonly=True, as_it_stands=True)
     conns[key] = (conn, identity, now)
     if (good is None or good[1] != identity) and _fills_in_for(conn, good[0] if good else None):
         _last_good[key] = (conn, identity)

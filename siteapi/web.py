@@ -41,8 +41,9 @@ SUPPORTED_API_VERSIONS = ["1"]
 # A 5 KB /ask question with every byte percent-encoded (15 KB) still fits, with its other parameters.
 MAX_QUERY_BYTES = 16 * 1024
 MAX_FIELDS = 200
-# A batch of 16 MCP tool calls, each with a query-string-sized argument, fits; the edge holds a body
-# until it is whole (Caddyfile), so a larger cap is memory an attacker could make it hold.
+# Well above what the endpoints take (/ask reads 64 KB; an MCP batch of sixteen tool calls naming
+# 2,048-character URLs is 35 KB). The edge holds a body until it is whole (Caddyfile), so a larger
+# cap is memory an attacker could make it hold.
 MAX_BODY_BYTES = 256 * 1024
 DOCS_PATH = "/developers"
 NOT_FOUND_HINT = "See /sitemap.xml for every page and /openapi.json for every API endpoint."
