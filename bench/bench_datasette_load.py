@@ -71,7 +71,8 @@ try:
                 i += 1
                 started = time.perf_counter()
                 try:
-                    requests.get(base + f"/site/pages.json?_size=1&_x={i}", headers={"X-Forwarded-For": f"198.51.{100 + number}.1"}, timeout=120)
+                    requests.get(base + f"/site/pages.json?_size=1&_x={i}",
+                                 headers={"X-Forwarded-For": f"198.51.{100 + number}.1"}, timeout=120)
                     waits.append(time.perf_counter() - started)
                 except requests.ConnectionError:
                     waits.append(float("inf"))
