@@ -253,6 +253,28 @@ def test_the_rolled_files_left_when_the_one_last_read_is_gone_are_read(tmp_path,
     assert hits(settings) == {"gptbot": 4, "claudebot": 2}
 
 
+def test_a_log_whose_inode_names_another_file_now_is_not_taken_for_the_one_last_read(tmp_path, log):
+    """A run that read an empty log remembers it by its inode, which a later log can have too (a
+    freed inode reused, or a roll that copies the lines away and empties the file in place): with a
+    rolled file newer than that run, the log is not the file it read, and the rolled lines count
+    (review23b #7: 8 of 9 hits lost, with no word of it)."""
+    settings = settings_for(tmp_path, log)
+    run_ledger(settings)  # an empty log: remembered by its inode
+    append(log, *(caddy_line(f"/a{i}", UA["gptbot"]) for i in range(5)))
+    for stamp, lines in ((rolled_stamp(2), 5), (rolled_stamp(3), 3)):
+        with open(log, "rb") as src, gzip.open(log.with_name(f"access-{stamp}.log.gz"), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        log.write_text("")  # the same inode, empty again
+        if lines == 5:
+            append(log, *(caddy_line(f"/b{i}", UA["gptbot"]) for i in range(3)))
+    append(log, caddy_line("/c", UA["gptbot"]))
+    run_ledger(settings)
+    assert hits(settings) == {"gptbot": 9}
+    append(log, caddy_line("/d", UA["gptbot"]))
+    assert "read 1 log lines" in run_ledger(settings)
+    assert hits(settings) == {"gptbot": 10}
+
+
 @pytest.mark.parametrize("by_hand", ["replaced", "emptied"])
 def test_a_log_replaced_or_emptied_by_hand_counts_no_rolled_file_again(tmp_path, log, by_hand):
     """The live log deleted and started again, or emptied in place (`: > access.log` to free disk),

@@ -2,7 +2,7 @@
 
 The job remembers where it stopped (offset plus a fingerprint of the file's first bytes, which
 survives renames and gzip; before any complete line was read, the file's inode, which survives the
-rename). When Caddy rolls the log (`access.log` becomes `access-<time>.log`, later `.log.gz`, and a
+rename, trusted only while no roll has come since: a new log may have the same inode). When Caddy rolls the log (`access.log` becomes `access-<time>.log`, later `.log.gz`, and a
 new `access.log` starts) the job first finishes the rolled file from its offset, then reads any
 later rolled files whole, then the new log: nothing lost, nothing counted twice. Should that file be
 gone (deleted after more rolls than Caddy keeps, or the log replaced or emptied by hand), the rolled
@@ -117,16 +117,18 @@ def _plan(log: Path, state) -> tuple[list[tuple[Path, int, bool]], bool]:
     if state is None or state["log_path"] != str(log):
         return [(log, 0, True)], False
     fp, fp_len, offset = state["fingerprint"], state["fingerprint_len"], state["offset"]
-    if _same_file(log, fp, fp_len) and log.stat().st_size >= offset:
-        return [(log, offset, True)], False
     rolled = rolled_files(log)
+    read_at = state["read_at"].rstrip("Z").replace(":", "-")
+    newer = [p for p in rolled if (_rolled_at(p) or "") > read_at]
+    # An inode names the file last read only while nothing has rolled since: a new log may reuse it.
+    if _same_file(log, fp, fp_len) and log.stat().st_size >= offset and not (newer and not fp_len):
+        return [(log, offset, True)], False
     for i, path in enumerate(rolled):
         if _same_file(path, fp, fp_len):
             return [(path, offset, False)] + [(p, 0, False) for p in rolled[i + 1:]] + [(log, 0, True)], False
     # The file last read is gone: rolled and deleted, or the log replaced or emptied by hand. The
     # rolled files named as rolled after that read hold only lines written since; the rest were read.
-    read_at = state["read_at"].rstrip("Z").replace(":", "-")
-    return [(p, 0, False) for p in rolled if (_rolled_at(p) or "") > read_at] + [(log, 0, True)], True
+    return [(p, 0, False) for p in newer] + [(log, 0, True)], True
 
 
 def _rolled_at(path: Path) -> str | None:
