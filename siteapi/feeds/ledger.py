@@ -2,18 +2,19 @@
 
 The job remembers where it stopped (offset plus a fingerprint of the file's first bytes, which
 survives renames and gzip; before any complete line was read, the file's inode, which survives the
-rename, trusted only while no roll has come since: a new log may have the same inode). When Caddy rolls the log (`access.log` becomes `access-<time>.log`, later `.log.gz`, and a
-new `access.log` starts) the job first finishes the rolled file from its offset, then reads any
-later rolled files whole, then the new log: nothing lost, nothing counted twice. Should that file be
-gone (deleted after more rolls than Caddy keeps, or the log replaced or emptied by hand), the rolled
-files whose names say they rolled after the last run began reading are read whole, and only the rest
-of the lost file is missing. Only complete lines are consumed, and counts and the new position are
-written in one transaction, so a failed run changes nothing, and a run that finds another one
-committed first while it read (a hand-started run beside the scheduler's) changes nothing. Responses
-below 400 whose User-Agent the crawler registry knows (our own AadharshBot excepted) are counted per
-UTC day, crawler and path as the site routed it (`routed_path`), except Datasette's under /data/
-however the path is spelled. The reader prices the last 30 days at `[feeds] ledger_rate_usd` a page
-(one cent unless set), as commentary, and keeps its answer until the job's next run.
+rename, trusted only while no roll has come since: a new log may have the same inode). When Caddy
+rolls the log (`access.log` becomes `access-<time>.log`, later `.log.gz`, and a new `access.log`
+starts) the job first finishes the rolled file from its offset, then reads any later rolled files
+whole, then the new log: nothing lost, nothing counted twice. Should that file be gone (deleted
+after more rolls than Caddy keeps, or the log replaced or emptied by hand), the rolled files whose
+names say they rolled after the last run began reading are read whole, and only the rest of the lost
+file is missing. Only complete lines are consumed, and counts and the new position are written in
+one transaction, so a failed run changes nothing, and a run that finds another one committed first
+while it read (a hand-started run beside the scheduler's) changes nothing. Responses below 400 whose
+User-Agent the crawler registry knows (our own AadharshBot excepted) are counted per UTC day,
+crawler and path as the site routed it (`routed_path`), except Datasette's under /data/ however the
+path is spelled. The reader prices the last 30 days at `[feeds] ledger_rate_usd` a page (one cent
+unless set), as commentary, and keeps its answer until the job's next run.
 """
 from __future__ import annotations
 
