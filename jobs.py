@@ -48,6 +48,7 @@ from siteapi.lens.vault import run_snapshot_purge
 
 log = logging.getLogger("jobs")
 EX_TEMPFAIL = 75  # sysexits.h: `jobs.py run` found its job already running; try again later
+LATE_AFTER = timedelta(minutes=5)  # past its next fire time, a job with no run recorded is late (status)
 
 
 @dataclass(frozen=True)
@@ -278,9 +279,6 @@ def status(settings: Settings) -> int:
                          "scheduler running, and can it write site.db?")
         print(f"{name:{NAME_WIDTH}} {state}")
     return 0
-
-
-LATE_AFTER = timedelta(minutes=5)
 
 
 def next_due(name: str, ended: datetime) -> datetime:

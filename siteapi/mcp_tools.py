@@ -1,17 +1,16 @@
 """The MCP tool registry: tools derived from `siteapi/openapi.yaml`, served by the site itself.
 
 Every operation carrying `x-mcp` (one spec or a list of specs: `tool`, `title`, `openWorld`, and
-optionally `fixed` query values always sent, `hide` parameters kept out of the tool, `returns`
-a schema answered instead of the 200's (made from it, see RESHAPED), `note` put after the
-summary in the description) becomes a tool: its `inputSchema` comes from the operation's query
-parameters (a number may be a string too, as in a query string) or its JSON request body for a
-POST-only operation, its `outputSchema` from the 200 JSON response (or `returns`) with every
-`$ref` inlined.
-A call runs the site's own WSGI app in-process with the caller's address, so shapes, errors and
+optionally `fixed` query values always sent, `hide` parameters kept out of the tool, `returns` a
+schema answered instead of the 200's (made from it, see RESHAPED), `note` put after the summary in
+the description) becomes a tool: its `inputSchema` comes from the operation's query parameters (a
+number may be a string too, as in a query string) or its JSON request body for a POST-only
+operation, its `outputSchema` from the 200 JSON response (or `returns`) with every `$ref` inlined. A
+call runs the site's own WSGI app in-process with the caller's address, so shapes, errors and
 rate-limit budgets are exactly the HTTP endpoint's, but for the `read` unit, which the POST /mcp
-carrying the call has spent (one unit a tool call, as a request to the endpoint). The snapshot tools call `siteapi.lens.vault`
-directly (capture and compare each under a small rate policy of its own and the lens's per-target
-budget), and only while site.db exists (the jobs build it).
+carrying the call has spent (one unit a tool call, as a request to the endpoint). The snapshot tools
+call `siteapi.lens.vault` directly (capture and compare each under a small rate policy of its own
+and the lens's per-target budget), and only while site.db exists (the jobs build it).
 """
 from __future__ import annotations
 

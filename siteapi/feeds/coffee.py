@@ -363,6 +363,7 @@ def read_ics_file(url: str, timeout: float) -> bytes:
     """The calendar at a file:// address: a regular file by its absolute path on this machine (no
     other host), read within `timeout` seconds. The read runs in a thread of its own: a stalled
     mount would otherwise hold the job, and its lock, for good."""
+    global _stalled_reader
     parts = urlsplit(url)
     path = Path(url2pathname(parts.path))
     if parts.netloc.lower() not in ("", "localhost") or not path.is_absolute():
@@ -382,7 +383,6 @@ def read_ics_file(url: str, timeout: float) -> bytes:
         except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
             outcome["error"] = FeedError(f"The calendar file could not be read: {exc.__class__.__name__}.")
 
-    global _stalled_reader
     if _stalled_reader is not None and _stalled_reader.is_alive():
         # one thread waits on a stalled mount, not one more every run
         raise FeedError("The calendar file's last read has not returned yet; is its disk or mount stalled?")
