@@ -1142,11 +1142,12 @@ def full_disk(folder: Path, size: str = "4m"):
         subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
-def test_an_app_started_on_a_full_disk_serves_site_db_as_it_stands(tmp_path, caplog):
+def test_an_app_started_on_a_full_disk_serves_site_db_as_it_stands(tmp_path, caplog, capsys):
     """After a restart on a full disk, with no process holding site.db open, SQLite cannot make the
     WAL index a reader needs: every route answered 503 though site.db was whole (ops_audit23 #3).
     A site.db whose WAL holds nothing is read as it stands on disk, said once in the log, and once
-    the disk has room the readers follow the jobs' writes again."""
+    the disk has room the readers follow the jobs' writes again. `jobs.py status`, which the owner
+    runs just then, reads it the same way."""
     content = tmp_path / "content"
     shutil.copytree(ROOT / "content", content)
     built = make_settings(tmp_path / "built", content_dir=content)
@@ -1165,6 +1166,9 @@ def test_an_app_started_on_a_full_disk_serves_site_db_as_it_stands(tmp_path, cap
             assert requests.get(base + "/about", timeout=30).status_code == 200
             told = [r.getMessage() for r in caplog.records if "as it stands on disk" in r.getMessage()]
             assert len(told) == 1 and "check the disk: full" in told[0], told
+            capsys.readouterr()
+            assert jobs.status(settings) == 0
+            assert re.search(r"^content +ok \S+: ", capsys.readouterr().out, re.M)
             (tmp_path / "disk" / "filler").unlink()  # room again: the jobs write, the readers follow
             (content / "pages" / "zebra.md").write_text("---\ntitle: Zebra crossing\nkind: page\npath: /zebra\n---\n"
                                                         "Striped quagga notes.\n")
