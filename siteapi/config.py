@@ -117,8 +117,10 @@ def option(settings: "Settings | None", section: str, key: str, default: Any, lo
 def _coerce(key: str, default: Any, raw: str) -> Any:
     env = "SITE_" + key.upper().replace(".", "_")
     if isinstance(default, list) and default and all(isinstance(item, dict) for item in default):
+        if not raw.strip():
+            return []  # the one list of tables the environment can give: none (no outside crawls)
         raise SettingsError(f"Setting {env} names a list of tables, which only site.toml can hold; unset it "
-                            "and edit the file.")
+                            "and edit the file (or set it empty for none).")
     try:
         if isinstance(default, bool):
             if raw.lower() in ("1", "true", "yes", "on"):

@@ -4,7 +4,9 @@ import sys
 
 import pytest
 
+import jobs
 from conftest import ROOT
+from siteapi import db
 from siteapi.config import RatePolicy, SettingsError, load_settings
 
 
@@ -50,6 +52,26 @@ def test_bad_setting_names_the_key(monkeypatch, env, key):
     with pytest.raises(SettingsError) as err:
         load_settings(ROOT / "site.toml")
     assert key in str(err.value)
+
+
+def test_empty_rosters_from_the_environment_turn_the_outside_crawls_off(monkeypatch, tmp_path, capsys):
+    """`SITE_FEEDS_AROUND_ROSTER= SITE_LENS_CENSUS_ROSTER= make run` crawls no outside site: an empty
+    value is the one list of tables the environment can give, and an empty census roster means no
+    census (the default roster is for a site.toml that leaves the key out). Both runs store nothing."""
+    monkeypatch.setenv("SITE_DB_PATH", str(tmp_path / "site.db"))
+    monkeypatch.setenv("SITE_FEEDS_AROUND_ROSTER", "")
+    monkeypatch.setenv("SITE_LENS_CENSUS_ROSTER", " ")
+    for job, said in (("around", "around_roster is empty; nothing crawled"),
+                      ("census", "census_roster is empty; nothing scanned")):
+        assert jobs.main(["run", job]) == 0
+        assert said in capsys.readouterr().out
+    conn = db.connect(tmp_path / "site.db", readonly=True)
+    stored = [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE name IN ('around_crawls', 'lens_census')")]
+    assert all(conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == 0 for name in stored)
+    conn.close()
+    monkeypatch.setenv("SITE_FEEDS_AROUND_ROSTER", "Paradigm")
+    with pytest.raises(SettingsError, match="only site.toml can hold"):
+        load_settings(ROOT / "site.toml")
 
 
 def test_bad_setting_stops_the_app_with_one_sentence():

@@ -328,6 +328,8 @@ def run_around(settings, fetcher: Fetcher | None = None) -> str:
     """Job (daily): crawl the roster, store the snapshot and its changes, prune old history.
     Raises FeedError, storing nothing, when more than half of the firms could not be reached."""
     firms = roster(settings)
+    if not firms:
+        return "around_roster is empty; nothing crawled, the last snapshot stays"
     fetcher = fetcher or fetcher_from_settings(settings)
     signed_with = fetcher.signer.key_id if fetcher.signer is not None else None
     started = time.monotonic()

@@ -57,9 +57,14 @@ DEFAULT_ROSTER = (
 
 
 def roster(settings) -> list[tuple[str, str]]:
-    """(host, url) pairs from `[lens] census_roster`: URLs, or {host, url} tables; the default roster otherwise."""
+    """(host, url) pairs from `[lens] census_roster`: URLs, or {host, url} tables; the default roster
+    when the key is absent, none when it is an empty list (no census)."""
+    absent: list = []  # option() hands back this very list when neither site.toml nor SITE_* sets the key
+    listed = option(settings, "lens", "census_roster", absent)
+    if listed is absent:
+        return list(DEFAULT_ROSTER)
     out = []
-    for entry in option(settings, "lens", "census_roster", []):
+    for entry in listed:
         url = entry.strip() if isinstance(entry, str) else entry.get("url") if isinstance(entry, dict) else None
         url = url if not isinstance(url, str) or "://" in url else "https://" + url
         try:
@@ -71,7 +76,7 @@ def roster(settings) -> list[tuple[str, str]]:
             raise SettingsError(f"Setting [lens] census_roster lists {entry!r}; list URLs, or tables such as "
                                 '{ host = "wikipedia.org", url = "https://en.wikipedia.org/" }.')
         out.append((named or host.removeprefix("www."), url))
-    return out or list(DEFAULT_ROSTER)
+    return out
 
 
 SURFACES = ("llms", "md", "mcp", "agents", "jsonld", "webBotAuth")
@@ -119,6 +124,8 @@ def _row(run_id: str, ts: str, host: str, url: str, settings, fetcher, dns) -> d
 def run_census(settings, fetcher: Fetcher | None = None, dns: DnsClient | None = None) -> str:
     """The census job: scan the roster, store one row per site for today."""
     sites = roster(settings)
+    if not sites:
+        return "census: census_roster is empty; nothing scanned, the stored census stays"
     ts = db.now_iso()
     run_id = ts + f"-{time.monotonic_ns() % 1_000_000:06d}"
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="census") as pool:
