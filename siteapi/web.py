@@ -381,7 +381,7 @@ class Site:
                 if exc.status == 404:
                     handler(asked)  # raises the 404 of what was asked, with its suggestions
                 raise
-        location = quote(target.encode("latin-1"), safe="/:@!$&'()*+,;=~")
+        location = quote(target, safe="/:@!$&'()*+,;=~")  # Bottle has decoded the path as UTF-8
         query = bottle.request.query_string
         return Reply(b"", status=308, content_type="text/plain",
                      headers={"Location": f"{location}?{query}" if query else location})

@@ -558,6 +558,7 @@ ODD_PAGES = {
                'kind: page\npath: /notes/café-(draft)\n'),
     "quote.md": "title: Don't 'quote' me\nkind: writing\ndate: 2026-01-02\npath: /writing/it's-<fine>\n",
     "plain.md": "title: Plain\ndescription: A plain page.\nkind: document\npath: /documents/plain\n",
+    "tokyo.md": "title: 東京\nkind: writing\ndate: 2026-01-03\npath: /writing/東京\n",
 }
 
 
@@ -574,6 +575,15 @@ def odd_site(tmp_path_factory):
     assert ok, summary
     with serve_wsgi(make_app(settings).wsgi) as base:
         yield base
+
+
+@pytest.mark.parametrize("asked, location", [("/notes/caf%C3%A9-(draft)/", "/notes/caf%C3%A9-(draft)"),
+                                             ("/writing/%E6%9D%B1%E4%BA%AC//?q=%C3%A9", "/writing/%E6%9D%B1%E4%BA%AC?q=%C3%A9")])
+def test_a_trailing_slash_on_a_non_ascii_path_moves_to_its_utf8_spelling(odd_site, asked, location):
+    """The 308 spelled the path in Latin-1 (a 400 where it led) and answered 500 past U+00FF (unicode_audit24 H1)."""
+    moved = requests.get(odd_site + asked, timeout=30, allow_redirects=False)
+    assert moved.status_code == 308 and moved.headers["Location"] == location, (moved.status_code, moved.text[:200])
+    assert requests.get(odd_site + location, timeout=30, allow_redirects=False).status_code == 200
 
 
 def fetch(base, url):
@@ -605,7 +615,7 @@ def test_odd_titles_and_paths_leave_llms_txt_one_list_of_links_that_answer(odd_s
     section_lines = lines[lines.index("## Pages"):]
     assert all(line == "" or line.startswith(("## ", "- [")) for line in section_lines), section_lines
     pages = dict(markdown_links(text[text.index("## Pages"):]))
-    assert set(pages) == {"Home", "Arrays]: notes on [draft # Not a heading", "Don't 'quote' me", "Plain",
+    assert set(pages) == {"Home", "Arrays]: notes on [draft # Not a heading", "Don't 'quote' me", "Plain", "東京",
                           "Developer guide"}, pages  # the guide: a page the app renders
     # the reference parser (PyPI llms-txt) reads a link's URL up to the first ')'
     reference_urls = re.findall(r"^-\s*\[[^\n]*?\]\((?P<url>[^)]+)\)", text, re.M)
