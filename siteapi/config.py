@@ -91,12 +91,10 @@ def option(settings: "Settings | None", section: str, key: str, default: Any, lo
     """`[section] key` (or its SITE_ override, also when the file leaves the key out), `default` when
     it is absent or there are no settings.
 
-    The value must have the default's type (a whole number does for a float; anything for a None
-    default, which the caller checks) and lie within low..high; otherwise SettingsError names the key.
+    The value must have the default's type (a whole number does for a float) and lie within
+    low..high; otherwise SettingsError names the key.
     """
     table = settings.section(section) if settings is not None else {}
-    if default is None:
-        return table.get(key)
     if key in table:
         value = table[key]
     elif settings is not None and f"SITE_{section.upper()}_{key.upper()}" in os.environ:

@@ -13,7 +13,7 @@ from conftest import Client
 from servers import serve_wsgi
 from siteapi import db
 from siteapi.botauth import signer_for
-from siteapi.config import SettingsError
+from siteapi.config import SettingsError, load_settings
 from siteapi.feeds import FeedError
 from siteapi.feeds.around import ROSTER, changes, report, roster, run_around
 from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
@@ -298,6 +298,7 @@ def test_unreadable_history_is_503(tmp_path):
 
 def test_roster_defaults_and_validation(tmp_path):
     assert [f["name"] for f in roster(make_settings(tmp_path))] == [name for name, _ in ROSTER]
+    assert [f["url"] for f in roster(load_settings())] == [url for _, url in ROSTER]  # site.toml lists none
     assert len(ROSTER) == 20 and all(url.startswith("https://") for _, url in ROSTER)
     with pytest.raises(SettingsError, match="needs a name and an http"):  # when the settings load
         make_settings(tmp_path, {"around_roster": [{"name": "X", "url": "ftp://x"}]})

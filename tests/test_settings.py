@@ -74,6 +74,22 @@ def test_empty_rosters_from_the_environment_turn_the_outside_crawls_off(monkeypa
         load_settings(ROOT / "site.toml")
 
 
+def test_overrides_of_keys_the_file_leaves_out_are_read(monkeypatch, tmp_path):
+    """Keys read with no default of their own type had their SITE_* override ignored when site.toml
+    left them out (style_review24 H4): a list of tables is refused as for a key the file names."""
+    from siteapi.lens.cost import rates
+    from siteapi.lens.fetch import lens_settings
+    toml = (ROOT / "site.toml").read_text()
+    bare = tmp_path / "site.toml"
+    bare.write_text("\n".join(line for line in toml.splitlines() if not line.startswith("rates_checked")))
+    monkeypatch.setenv("SITE_CONFIG", str(bare))
+    monkeypatch.setenv("SITE_LENS_RATES_CHECKED", "2027-01-01")
+    assert rates(lens_settings(load_settings()))[1] == "2027-01-01"
+    monkeypatch.setenv("SITE_FEEDS_AROUND_ROSTER", "https://x.example/")
+    with pytest.raises(SettingsError, match="SITE_FEEDS_AROUND_ROSTER names a list of tables"):
+        load_settings()
+
+
 def test_bad_setting_stops_the_app_with_one_sentence():
     out = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env={"SITE_RATE_READ_Q": "x", "PATH": "/usr/bin"},
                          capture_output=True, text=True, timeout=60)
@@ -150,7 +166,8 @@ def test_section_keys_the_file_leaves_out_are_overridable_too(tmp_path, monkeypa
     ("\ntimeout_s = 8", "\ntimeout_s = 0", "[lens] timeout_s"),  # clamped to 1 s before, silently
     ("scan_concurrency = 16", 'scan_concurrency = "16"', "[lens] scan_concurrency"),  # the default before, silently
     ("dns_nameservers = []", 'dns_nameservers = "127.0.0.1"', "[lens] dns_nameservers"),
-    ('"https://example.com/",\n]', '"https://example.com/", 5,\n]', "[lens] census_roster"),
+    ("cloudflare_timeout_s = 9", 'cloudflare_timeout_s = 9\ncensus_roster = ["https://example.com/", 5]',
+     "[lens] census_roster"),
     ("usdPerMtok = 0.2", 'usdPerMtok = "0.2"', "[lens] rates"),  # dropped before, silently
     ("[ask]\n", "[asks]\ndeadline_ms = 9\n[ask]\n", "[asks]"),  # a misspelt section is not ignored
     # a misspelt key inside a section is not ignored either (its default stayed in force, unseen)
@@ -163,7 +180,7 @@ def test_section_keys_the_file_leaves_out_are_overridable_too(tmp_path, monkeypa
     ('coffee_timezone = "America/New_York"', 'coffee_timezone = "America/Nowhere"', "[feeds] coffee_timezone"),
     ('coffee_day_end = "18:00"', "coffee_day_end = 18", "[feeds] coffee_day_end"),
     ("ledger_rate_usd = 0.01", 'ledger_rate_usd = "1c"', "[feeds] ledger_rate_usd"),
-    ('{ name = "Topology", url = "https://topology.vc/" },', '{ name = "Topology" },', "[feeds] around_roster"),
+    ("ledger_rate_usd = 0.01", 'ledger_rate_usd = 0.01\naround_roster = [{ name = "Topology" }]', "[feeds] around_roster"),
 ])
 def test_bad_value_in_the_file_names_the_key(tmp_path, old, new, key):
     with pytest.raises(SettingsError) as err:

@@ -88,6 +88,7 @@ CREATE INDEX IF NOT EXISTS around_changes_observed ON around_changes(observed_at
 # Web Bot Auth and the visible-text hash came after the first crawls
 ADDED_COLUMNS = {"around_crawls": {"signed_with": "TEXT"}, "around_results": {"text_hash": "TEXT"}}
 
+# The firms crawled unless site.toml lists its own `[feeds] around_roster`.
 ROSTER = (
     ("Paradigm", "https://www.paradigm.xyz/"),
     ("a16z crypto", "https://a16zcrypto.com/"),
@@ -100,7 +101,7 @@ ROSTER = (
     ("Standard", "https://standardcrypto.vc/"),
     ("USV", "https://www.usv.com/"),
     ("Archetype", "https://www.archetype.fund/"),
-    ("Pace", "https://www.pacecapital.com/"),
+    ("Pace", "https://pace.capital/"),
     ("Thrive", "https://thrivecap.com/"),
     ("Sequoia", "https://www.sequoiacap.com/"),
     ("Founders Fund", "https://foundersfund.com/"),
@@ -108,7 +109,7 @@ ROSTER = (
     ("Benchmark", "https://www.benchmark.com/"),
     ("Index Ventures", "https://www.indexventures.com/"),
     ("Ribbit", "https://ribbitcap.com/"),
-    ("Topology", "https://www.topology.vc/"),
+    ("Topology", "https://topology.vc/"),
 )
 PAGE_TIMEOUT = 4.0
 ROBOTS_TIMEOUT = 3.0
@@ -138,12 +139,9 @@ def _get(fetcher: Fetcher, url: str, timeout: float, max_bytes: int, headers: di
 
 
 def roster(settings) -> list[dict]:
-    """The firms to crawl: `[[feeds.around_roster]]` {name, url} tables, else the original's 20."""
-    entries = option(settings, "around_roster", None)
-    if entries is None:
-        return [{"name": n, "url": u} for n, u in ROSTER]
+    """The firms to crawl: `[[feeds.around_roster]]` {name, url} tables, else the original's 20 (ROSTER)."""
     firms = []
-    for entry in entries if isinstance(entries, list) else [entries]:
+    for entry in option(settings, "around_roster", [{"name": n, "url": u} for n, u in ROSTER]):
         url = entry.get("url") if isinstance(entry, dict) else None
         try:
             usable = isinstance(entry.get("name"), str) and urlsplit(url).scheme in ("http", "https")

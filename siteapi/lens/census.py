@@ -45,26 +45,21 @@ CREATE TABLE IF NOT EXISTS lens_census (
 CREATE INDEX IF NOT EXISTS lens_census_host ON lens_census(host, ts);
 """
 
+# The sites scanned unless site.toml lists its own `[lens] census_roster`, in the form it takes.
 DEFAULT_ROSTER = (
-    ("aadhar.sh", "https://aadhar.sh/"), ("stripe.com", "https://stripe.com/"), ("shopify.com", "https://shopify.com/"),
-    ("vercel.com", "https://vercel.com/"), ("cloudflare.com", "https://cloudflare.com/"), ("github.com", "https://github.com/"),
-    ("anthropic.com", "https://anthropic.com/"), ("openai.com", "https://openai.com/"),
-    ("perplexity.ai", "https://perplexity.ai/"), ("nytimes.com", "https://nytimes.com/"), ("wsj.com", "https://wsj.com/"),
-    ("theverge.com", "https://theverge.com/"), ("reddit.com", "https://reddit.com/"),
-    ("daringfireball.net", "https://daringfireball.net/"),
-    ("wikipedia.org", "https://en.wikipedia.org/wiki/Semantic_Web"), ("example.com", "https://example.com/"),
+    "https://aadhar.sh/", "https://stripe.com/", "https://www.shopify.com/", "https://vercel.com/",
+    "https://www.cloudflare.com/", "https://github.com/", "https://www.anthropic.com/", "https://openai.com/",
+    "https://www.perplexity.ai/", "https://www.nytimes.com/", "https://www.wsj.com/", "https://www.theverge.com/",
+    "https://www.reddit.com/", "https://daringfireball.net/",
+    {"host": "wikipedia.org", "url": "https://en.wikipedia.org/wiki/Semantic_Web"}, "https://example.com/",
 )
 
 
 def roster(settings) -> list[tuple[str, str]]:
-    """(host, url) pairs from `[lens] census_roster`: URLs, or {host, url} tables; the default roster
-    when the key is absent, none when it is an empty list (no census)."""
-    absent: list = []  # option() hands back this very list when neither site.toml nor SITE_* sets the key
-    listed = option(settings, "lens", "census_roster", absent)
-    if listed is absent:
-        return list(DEFAULT_ROSTER)
+    """(host, url) pairs from `[lens] census_roster`: URLs, or {host, url} tables; DEFAULT_ROSTER when
+    the key is absent, none when it is an empty list (no census)."""
     out = []
-    for entry in listed:
+    for entry in option(settings, "lens", "census_roster", list(DEFAULT_ROSTER)):
         url = entry.strip() if isinstance(entry, str) else entry.get("url") if isinstance(entry, dict) else None
         url = url if not isinstance(url, str) or "://" in url else "https://" + url
         try:

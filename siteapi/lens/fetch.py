@@ -654,8 +654,8 @@ def lens_settings(settings) -> dict:
         "timeout_s": option(settings, "lens", "timeout_s", 8.0, 1, 60),
         "max_redirects": option(settings, "lens", "max_redirects", 5, 0, 10),
         "raw_cap_kb": option(settings, "lens", "raw_cap_kb", 2048, 64, 16384),
-        "rates": option(settings, "lens", "rates", None),
-        "rates_checked": option(settings, "lens", "rates_checked", None),
+        "rates": option(settings, "lens", "rates", []),  # none: cost.DEFAULT_RATES
+        "rates_checked": option(settings, "lens", "rates_checked", ""),
     }
 
 
