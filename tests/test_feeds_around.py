@@ -325,6 +325,25 @@ def test_og_images_are_uris_or_nothing(tmp_path):
             server.close()
 
 
+class LogoTitledFirm(FirmServer):
+    """A homepage whose only <title> names its inline SVG logo; the page's own title is og:title."""
+
+    def homepage(self) -> str:
+        return super().homepage().replace(f"<title>{self.title}</title>", f'<meta property="og:title" content="{self.title}">'
+                                          ).replace("<h1>", "<svg><title>Logo icon</title></svg><h1>")
+
+
+def test_a_title_inside_an_svg_is_not_the_homepage_title(tmp_path):
+    """The crawl took the logo's title for the page's, as the lens does not (style_review24 M1)."""
+    firm = LogoTitledFirm("Logo Ventures")
+    try:
+        settings = make_settings(tmp_path, {"around_roster": [{"name": "Logo", "url": firm.url + "/"}]})
+        run_around(settings, fetcher=loopback_fetcher(settings))
+        assert report(reader(settings))["results"][0]["title"] == "Logo Ventures"
+    finally:
+        firm.close()
+
+
 def test_a_homepage_that_changes_only_in_noise_is_no_change(tmp_path):
     """Nonces, challenge tokens and obfuscated e-mail links differ in every answer of many homepages:
     the body hash changes each crawl, the words a visitor reads do not."""

@@ -35,7 +35,7 @@ from siteapi.feeds import FeedError, option
 from siteapi.feeds.crawlers import PRODUCT_TOKEN, PRODUCT_USER_AGENT
 from siteapi.lens.fetch import (Fetcher, FetchFailed, FetchRefused, FetchResult, Target, fetcher_from_settings,
                                 join_url)
-from siteapi.lens.page import decode_text
+from siteapi.lens.page import decode_text, document_title
 from siteapi.lens.terms import robots_lines, rule_at
 from siteapi.web import ApiError, clamp_int
 
@@ -197,7 +197,7 @@ def _page_fields(body: bytes, content_type: str | None, base_url: str) -> dict:
                 return node.attributes["content"]
         return None
 
-    title_node = tree.css_first("title")
+    title_node = document_title(tree)  # a <title> inside an inline SVG names a drawing
     og_image = meta('meta[property="og:image"]', 'meta[name="og:image"]', 'meta[name="twitter:image"]')
     return {
         "title": _clip(title_node.text() if title_node else meta('meta[property="og:title"]')),
