@@ -29,7 +29,7 @@ from wsgiref.util import setup_testing_defaults
 
 from siteapi import db, openapi
 from siteapi.ratelimit import RateLimiter, SlotsFull, TargetBudget, WorkSlots
-from siteapi.web import PAID_POLICY, RATE_HEADERS, ApiError
+from siteapi.web import PAID_POLICY, RATE_HEADERS, ApiError, rate_refusal, slots_refusal
 
 log = logging.getLogger(__name__)
 
@@ -250,14 +250,19 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
     lens's `slots` and spending its per-target `budget`."""
     from siteapi.lens import vault  # here: vault imports the lens fetcher, which this module need not load
 
-    def with_conn(policy: str | None, work: Callable) -> Callable[[dict, str], Outcome]:
+    def snapshot_runner(policy: str | None, work: Callable) -> Callable[[dict, str], Outcome]:
+        """A tool's run: `work` on a site.db writer, after spending `policy` and taking a lens slot
+        (neither without a policy), refused as the endpoints refuse."""
         def run(arguments: dict, caller: str) -> Outcome:
             if not policy:
                 return attempt(arguments, caller)
             decision = limiter.hit(policy, caller)
-            outcome = attempt(arguments, caller) if decision.allowed else Outcome(error=decision.refusal())
+            outcome = attempt(arguments, caller) if decision.allowed else refused(rate_refusal(decision))
             outcome.limits = decision.headers()
             return outcome
+
+        def refused(exc: ApiError) -> Outcome:
+            return Outcome(error=exc.body["error"], details=exc.body)
 
         def attempt(arguments: dict, caller: str) -> Outcome:
             if not db.has_content(settings.db_path):  # a writer would build a new site.db that hides the outage
@@ -267,9 +272,9 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
                         closing(db.writer(settings.db_path)) as conn:
                     return Outcome(result=work(conn, arguments, fetcher, budget.for_caller(caller)))
             except ApiError as exc:
-                return Outcome(error=exc.body["error"], details=exc.body)
+                return refused(exc)
             except SlotsFull as full:
-                return Outcome(error=str(full))
+                return refused(slots_refusal(full, slots))
             except sqlite3.Error as exc:  # held past the busy timeout, full, damaged: the owner's to fix
                 log.warning("snapshot tool: %s", db.storage_problem(settings.db_path, exc))
                 return Outcome(error=STORAGE_DOWN)
@@ -298,7 +303,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
                  "ok": {"type": "boolean"}, "url": {"type": "string"},
                  "snapshots": {"type": "array", "items": SNAPSHOT}}},
              open_world=True, read_only=False,
-             run=with_conn("representation_capture",
+             run=snapshot_runner("representation_capture",
                            lambda conn, a, f, b: vault.capture(conn, a["url"], a.get("profiles"), fetcher=f, budget=b))),
         Tool("representation_read", "Representation Read",
              "Read one stored representation snapshot by id (as returned by representation_capture or "
@@ -308,7 +313,7 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
              {"type": "object", "required": ["ok", "snapshot"],
               "properties": {"ok": {"type": "boolean"}, "snapshot": SNAPSHOT}},
              open_world=False, read_only=True,
-             run=with_conn(None, lambda conn, a, f, b: vault.read(conn, a["snapshot_id"]))),
+             run=snapshot_runner(None, lambda conn, a, f, b: vault.read(conn, a["snapshot_id"]))),
         Tool("representation_compare", "Representation Compare",
              "Refetch a stored snapshot's URL with the same profile and list which of its fields changed. "
              f"Stores one new snapshot row (not read-only). Limit {limiter.policies['representation_compare'].quota} "
@@ -320,6 +325,6 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
                  "changes": {"type": "array", "items": {"type": "object", "required": ["field"], "properties": {
                      "field": {"type": "string"}, "before": {}, "after": {}}}}}},
              open_world=True, read_only=False,
-             run=with_conn("representation_compare",
+             run=snapshot_runner("representation_compare",
                            lambda conn, a, f, b: vault.compare(conn, a["snapshot_id"], fetcher=f, budget=b))),
     ]

@@ -93,6 +93,19 @@ def method_refusal(path: str, method: str, allowed: list[str]) -> ApiError:
                     headers={"Allow": ", ".join(allowed)}, allow=list(allowed))
 
 
+def rate_refusal(decision: Decision) -> ApiError:
+    """The 429 of a caller past a budget."""
+    return ApiError(429, decision.refusal(), code="rate_limited", retry_after=decision.retry_after)
+
+
+def slots_refusal(full: SlotsFull, slots: WorkSlots) -> ApiError:
+    """The 429 of a caller holding its share of `slots`, or the 503 of every slot busy."""
+    if full.mine:
+        return ApiError(429, str(full), code="rate_limited", retry_after=slots.retry_after, limit=slots.refusal())
+    return ApiError(503, str(full), code="busy", retry_after=slots.retry_after,
+                    headers={"Retry-After": str(slots.retry_after)})
+
+
 @dataclass
 class Reply:
     """A response other than plain 200 JSON: any status, content type, headers, body or stream."""
@@ -437,7 +450,7 @@ class Site:
                 decision = self.limiter.hit(policy, caller())
                 request.environ[CONVENTION_HEADERS] += decision.headers()
                 if not decision.allowed:
-                    raise ApiError(429, decision.refusal(), code="rate_limited", retry_after=decision.retry_after)
+                    raise rate_refusal(decision)
             if slots is None:
                 result = handler(**url_args)
             else:
@@ -445,11 +458,7 @@ class Site:
                     with slots.slot(caller()):
                         result = handler(**url_args)
                 except SlotsFull as full:
-                    if full.mine:
-                        raise ApiError(429, str(full), code="rate_limited", retry_after=slots.retry_after,
-                                       limit=slots.refusal()) from None
-                    raise ApiError(503, str(full), code="busy", retry_after=slots.retry_after,
-                                   headers={"Retry-After": str(slots.retry_after)}) from None
+                    raise slots_refusal(full, slots) from None
         except ApiError as exc:
             if exc.limit is not None:
                 self._over_limit(exc.limit)
