@@ -281,7 +281,9 @@ def snapshot_tools(settings, limiter: RateLimiter, fetcher, slots: WorkSlots, bu
         return run
 
     stores = ("Stores one snapshot row per profile in the site's snapshot table (not read-only; "
-              f"each call adds rows; rows are kept {vault.KEEP_DAYS} days, at most the newest {vault.KEEP_ROWS:,}).")
+              f"each call adds rows; rows are kept {vault.KEEP_DAYS} days, at most the newest {vault.KEEP_ROWS:,}). "
+              "The rows are public (representation_read by id, and the site's data under /data/), the URL's "
+              "query string included: never capture a URL that carries a secret.")
     per_site = (f"The URL's site is fetched afresh at most {budget.policy.quota} times per {budget.policy.window} "
                 f"seconds for all callers of the lens together, {budget.share.quota} for one caller.")
     return [
