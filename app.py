@@ -74,12 +74,9 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
 
     def ask_site():
         method = bottle.request.method.upper()
-        status, headers, result = ask.handle(
+        return ask.handle(
             method, params(), body(ask.MAX_BODY) if method == "POST" else None, bottle.request.content_type,
             settings, conn(), lambda: limiter.hit("ask_model", caller()).allowed, caller())
-        cache = headers.pop("Cache-Control")
-        return Reply(result, status=status, content_type=headers.pop("Content-Type", "application/json"),
-                     headers=headers, cache=cache)
 
     # -- the photo archive -------------------------------------------------------------------------
     def photo_query():

@@ -122,7 +122,7 @@ def shares_no_word(question: str, page_words: set[str]) -> bool:
 
 
 def answer(settings, conn, question: str, allowed) -> dict:
-    return ask.handle("GET", {"query": question, "streaming": "0", "top_k": "10"}, None, None, settings, conn, allowed)[2]
+    return ask.handle("GET", {"query": question, "streaming": "0", "top_k": "10"}, None, None, settings, conn, allowed).body
 
 
 def fold(target: str) -> str:

@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, unquote
 import numpy as np
 
 from siteapi import pages, ranker, search
-from siteapi.web import ApiError, clamp_int
+from siteapi.web import ApiError, Reply, clamp_int
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +36,6 @@ MODES_UNSERVED = ("summarize", "generate")
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 SCHEMA_TYPES = {"page": "WebPage", "writing": "BlogPosting", "document": "DigitalDocument", "utility": "WebAPI"}
 SCHEMA_DESCRIPTION_CHARS = 300
-JSON_HEADERS = {"Cache-Control": "no-store"}
-STREAM_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
-                  "X-Accel-Buffering": "no"}
 
 
 @dataclass
@@ -62,19 +59,18 @@ class Ranking:
 
 
 def handle(method: str, query: Mapping[str, str], body: bytes | None, content_type: str | None, settings,
-           conn: sqlite3.Connection, model_allowed: Callable[[], bool],
-           caller: str = "") -> tuple[int, dict[str, str], dict | Iterator[str]]:
-    """Answer one /ask request: (200, headers, AskResponse dict) or (200, headers, SSE text chunks).
+           conn: sqlite3.Connection, model_allowed: Callable[[], bool], caller: str = "") -> Reply:
+    """Answer one /ask request: the AskResponse dict, or the SSE text chunks with the stream's headers.
     Raises ApiError 400 (a parameter or the body is wrong; `parameter` names it) or 501 (mode).
     `model_allowed()` spends one unit of the caller's model budget and says whether it was left;
     `caller` (the rate limiter's key) has one question embedded at a time."""
     request = parse_request(method, query, body, content_type, settings)
     if method == "HEAD":  # the headers GET would send; ranking for a body no one reads would spend the model budget
-        return 200, dict(JSON_HEADERS if not request.streaming else STREAM_HEADERS), _no_body()
+        return _stream_reply(_no_body()) if request.streaming else Reply(_no_body())
     if not request.streaming:
         ranked = rank_question(request, settings, conn, model_allowed, caller)
         results = list(ranked.results)
-        return 200, dict(JSON_HEADERS), {
+        return Reply({
             "query_id": request.query_id,
             "query": request.query,
             "site": settings.site_host,
@@ -83,9 +79,14 @@ def handle(method: str, query: Mapping[str, str], body: bytes | None, content_ty
             "total": ranked.total,
             "results": results,
             "_meta": meta(request, ranked),
-        }
+        })
     stream = legacy_stream if request.dialect == "legacy" else structured_stream
-    return 200, dict(STREAM_HEADERS), stream(request, settings, conn, model_allowed, caller)
+    return _stream_reply(stream(request, settings, conn, model_allowed, caller))
+
+
+def _stream_reply(chunks: Iterator) -> Reply:
+    return Reply(chunks, content_type="text/event-stream; charset=utf-8", headers={"X-Accel-Buffering": "no"},
+                 cache="no-cache")
 
 
 def _no_body() -> Iterator[bytes]:

@@ -98,15 +98,19 @@ def call(site, query=None, body=None, method="GET", content_type=None, settings=
 
 
 def answer(site, /, **query) -> dict:
-    status, headers, body = call(site, {"streaming": "0", **query})
-    assert status == 200 and isinstance(body, dict)
-    assert headers["Cache-Control"] == "no-store"
-    return body
+    reply = call(site, {"streaming": "0", **query})
+    assert reply.status == 200 and isinstance(reply.body, dict) and reply.content_type == "application/json"
+    return reply.body
 
 
 def post(site, payload, query=None, content_type="application/json"):
     raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     return call(site, query, raw, "POST", content_type)
+
+
+def posted(site, payload, query=None, content_type="application/json"):
+    """The body of post()'s answer: an AskResponse dict, or the stream's chunks."""
+    return post(site, payload, query, content_type).body
 
 
 def error(site, **kwargs) -> ApiError:
@@ -204,18 +208,17 @@ def test_limit_is_read_when_top_k_is_absent(site):
 
 @pytest.mark.parametrize("value", ["0", "false", "no", "off", "OFF", " False "])
 def test_streaming_off_words_give_one_json_body(site, value):
-    status, _, body = call(site, {"query": "coffee", "streaming": value})
-    assert isinstance(body, dict)
+    assert isinstance(call(site, {"query": "coffee", "streaming": value}).body, dict)
 
 
 @pytest.mark.parametrize("value", [None, "1", "true", "yes", "", "maybe"])
 def test_anything_else_streams(site, value):
     query = {"query": "coffee"} | ({} if value is None else {"streaming": value})
-    status, headers, body = call(site, query)
-    assert headers["Content-Type"].startswith("text/event-stream")
-    assert headers["Cache-Control"] == "no-cache" and headers["X-Accel-Buffering"] == "no"
-    assert not isinstance(body, dict)
-    assert events(body)[0] == ("comment", "keep-alive")
+    reply = call(site, query)
+    assert reply.content_type.startswith("text/event-stream")
+    assert reply.cache == "no-cache" and reply.headers["X-Accel-Buffering"] == "no"
+    assert not isinstance(reply.body, dict)
+    assert events(reply.body)[0] == ("comment", "keep-alive")
 
 
 @pytest.mark.parametrize("mode", ["summarize", "generate", "Generate"])
@@ -282,7 +285,7 @@ def test_decontextualized_query_is_searched_instead(site):
 # --- the v0.55 JSON body -----------------------------------------------------------------------
 
 def test_structured_body_selects_the_055_dialect(site):
-    status, _, body = post(site, {"query": {"text": "film simulation settings", "site": "aadhar.sh"},
+    body = posted(site, {"query": {"text": "film simulation settings", "site": "aadhar.sh"},
                                   "prefer": {"streaming": False, "mode": "list"}, "query_id": "b-1", "top_k": 2,
                                   "context": {"@type": "ConversationalContext", "prev": ["fujifilm"]}, "meta": {"version": "0.55"}})
     assert body["_meta"]["dialect"] == "0.55" and body["query_id"] == "b-1" and len(body["results"]) == 2
@@ -291,29 +294,29 @@ def test_structured_body_selects_the_055_dialect(site):
 
 
 def test_body_fields_win_over_the_query_string(site):
-    _, _, body = post(site, {"query": {"text": "espresso"}, "prefer": {"streaming": False}, "top_k": 1},
+    body = posted(site, {"query": {"text": "espresso"}, "prefer": {"streaming": False}, "top_k": 1},
                       query={"query": "carburetor", "top_k": "5", "query_id": "from-query"})
     assert body["query"] == "espresso" and len(body["results"]) == 1 and body["query_id"] == "from-query"
-    _, headers, stream = post(site, {"query": {"text": "espresso"}, "prefer": {"streaming": True}}, query={"streaming": "0"})
-    assert headers["Content-Type"].startswith("text/event-stream")
-    _, _, body = post(site, {"query": {"text": "espresso"}}, query={"streaming": "0", "top_k": "2"})
+    reply = post(site, {"query": {"text": "espresso"}, "prefer": {"streaming": True}}, query={"streaming": "0"})
+    assert reply.content_type.startswith("text/event-stream")
+    body = posted(site, {"query": {"text": "espresso"}}, query={"streaming": "0", "top_k": "2"})
     assert isinstance(body, dict) and len(body["results"]) == 2
 
 
 def test_legacy_fields_in_a_json_body(site):
-    _, _, body = post(site, {"query": "espresso", "streaming": False, "top_k": "2", "prev": ["x"]})
+    body = posted(site, {"query": "espresso", "streaming": False, "top_k": "2", "prev": ["x"]})
     assert body["_meta"]["dialect"] == "legacy" and len(body["results"]) == 2
     assert body["decontextualized_query"] == "espresso (in the context of: x)"
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
 def test_a_json_body_is_served_whatever_the_content_type(site, content_type):
-    _, _, body = post(site, {"query": {"text": "espresso"}, "prefer": {"streaming": False}}, content_type=content_type)
+    body = posted(site, {"query": {"text": "espresso"}, "prefer": {"streaming": False}}, content_type=content_type)
     assert body["results"][0]["url"] == "https://aadhar.sh/coffee"
 
 
 def test_a_form_body_is_read_as_legacy_fields(site):
-    _, _, body = post(site, b"query=espresso&streaming=0", content_type="application/x-www-form-urlencoded")
+    body = posted(site, b"query=espresso&streaming=0", content_type="application/x-www-form-urlencoded")
     assert body["_meta"]["dialect"] == "legacy" and body["query"] == "espresso"
 
 
@@ -367,14 +370,14 @@ def test_summarize_in_the_body_is_501(site):
 
 
 def test_empty_post_body_reads_the_query_string(site):
-    status, _, body = call(site, {"query": "espresso", "streaming": "0"}, b"", "POST")
+    body = call(site, {"query": "espresso", "streaming": "0"}, b"", "POST").body
     assert body["results"][0]["url"] == "https://aadhar.sh/coffee"
 
 
 # --- streams -----------------------------------------------------------------------------------
 
 def test_legacy_stream_frames(site):
-    _, _, stream = call(site, {"query": "how do I clean the carburetors", "top_k": "3", "query_id": "s-1"})
+    stream = call(site, {"query": "how do I clean the carburetors", "top_k": "3", "query_id": "s-1"}).body
     frames = events(stream)
     assert frames[0] == ("comment", "keep-alive")
     assert all(name is None for name, _ in frames[1:])
@@ -392,7 +395,7 @@ def test_legacy_stream_frames(site):
 
 
 def test_structured_stream_events(site):
-    _, _, stream = post(site, {"query": {"text": "where can we grab an espresso"}, "top_k": 2, "query_id": "s-2"})
+    stream = posted(site, {"query": {"text": "where can we grab an espresso"}, "top_k": 2, "query_id": "s-2"})
     frames = events(stream)
     assert [name for name, _ in frames] == ["start", "result", "result", "complete"]
     start, first, second, complete = [data for _, data in frames]
@@ -406,7 +409,7 @@ def test_structured_stream_events(site):
 
 def test_streams_send_the_first_frame_before_ranking_and_stop_when_closed(site):
     spent = []
-    _, _, stream = call(site, {"query": "coffee"}, allowed=lambda: spent.append(1) or True)
+    stream = call(site, {"query": "coffee"}, allowed=lambda: spent.append(1) or True).body
     assert next(stream) == ": keep-alive\n\n" and next(stream).startswith("data: ")
     assert spent == []  # nothing ranked yet
     assert '"message_type": "result"' in next(stream) and spent == [1]
@@ -420,17 +423,17 @@ def test_streams_send_the_first_frame_before_ranking_and_stop_when_closed(site):
 def test_rate_limited_callers_fall_back_to_lexical(site):
     limiter = RateLimiter(site.settings.rates)
     allowed = lambda: limiter.hit("ask_model", "203.0.113.9").allowed  # noqa: E731
-    rankings = [call(site, {"query": "carburetor jets", "streaming": "0"}, allowed=allowed)[2]["_meta"]["ranking"]
+    rankings = [call(site, {"query": "carburetor jets", "streaming": "0"}, allowed=allowed).body["_meta"]["ranking"]
                 for _ in range(21)]
     assert rankings[:20] == ["model:minilm-l6-v2-int8"] * 20
     assert rankings[20] == "lexical:rate-limited"
     other = call(site, {"query": "carburetor jets", "streaming": "0"},
-                 allowed=lambda: limiter.hit("ask_model", "198.51.100.1").allowed)[2]
+                 allowed=lambda: limiter.hit("ask_model", "198.51.100.1").allowed).body
     assert other["_meta"]["ranking"] == "model:minilm-l6-v2-int8"
 
 
 def test_lexical_scores_are_scaled_1_to_100(site):
-    body = call(site, {"query": "carburetor jets coffee", "streaming": "0"}, allowed=lambda: False)[2]
+    body = call(site, {"query": "carburetor jets coffee", "streaming": "0"}, allowed=lambda: False).body
     assert body["_meta"]["ranking"] == "lexical:rate-limited" and body["_meta"]["retrieval"] == "lexical"
     scores = [r["score"] for r in body["results"]]
     assert all(1 <= s <= 100 for s in scores) and scores == sorted(scores, reverse=True) and scores[0] > scores[-1]
@@ -445,14 +448,14 @@ def test_lexical_scores_are_scaled_1_to_100(site):
 def test_lexical_scores_are_on_an_absolute_scale(site, question, low, high):
     """The best lexical match scores the share of the terms it holds, as the original site scored
     /ask (each term 8 in the title, 4 in the description, 1 in the text), not 100 whatever it is."""
-    body = call(site, {"query": question, "streaming": "0"}, allowed=lambda: False)[2]
+    body = call(site, {"query": question, "streaming": "0"}, allowed=lambda: False).body
     assert body["_meta"]["ranking"] == "lexical:rate-limited" and body["results"]
     assert low <= body["results"][0]["score"] <= high, body["results"][0]
 
 
 def test_a_zero_deadline_falls_back_with_timeout(site):
     settings = load_settings(write_site(site.root, deadline_ms=0))
-    _, _, stream = call(site, {"query": "carburetor jets"}, settings=settings)
+    stream = call(site, {"query": "carburetor jets"}, settings=settings).body
     end = events(stream)[-1][1]
     assert end["_meta"]["ranking"] == "lexical:timeout"
 
@@ -502,12 +505,12 @@ def test_a_caller_has_one_question_embedded_at_a_time(site):
 
 def test_a_missing_model_file_falls_back_with_model_unavailable(site, tmp_path):
     settings = load_settings(write_site(site.root, model_path=str(tmp_path / "absent.onnx")))
-    body = call(site, {"query": "carburetor jets", "streaming": "0"}, settings=settings)[2]
+    body = call(site, {"query": "carburetor jets", "streaming": "0"}, settings=settings).body
     assert body["_meta"]["ranking"] == "lexical:model-unavailable"
     assert body["results"][0]["url"].endswith("/carb-rebuild")
     assert ranker.refresh_page_vectors(site.conn, settings) == 0
     (tmp_path / "absent.onnx").symlink_to(ROOT / "models" / "minilm-l6-v2-int8.onnx")  # the file put back
-    body = call(site, {"query": "carburetor jets", "streaming": "0"}, settings=settings)[2]
+    body = call(site, {"query": "carburetor jets", "streaming": "0"}, settings=settings).body
     assert body["_meta"]["ranking"] == "model:minilm-l6-v2-int8"  # the same process tries again
 
 
@@ -519,11 +522,11 @@ def test_no_page_vectors_falls_back_and_the_content_job_keeps_them_current(tmp_p
     conn = db.writer(settings.db_path)
     conn.execute("DELETE FROM page_vectors")
     site = types.SimpleNamespace(settings=settings, conn=conn)
-    assert call(site, {"query": "espresso", "streaming": "0"})[2]["_meta"]["ranking"] == "lexical:model-unavailable"
+    assert call(site, {"query": "espresso", "streaming": "0"}).body["_meta"]["ranking"] == "lexical:model-unavailable"
 
     assert ranker.refresh_page_vectors(conn, settings) == 1
     assert ranker.refresh_page_vectors(conn, settings) == 0  # unchanged: nothing embedded
-    assert call(site, {"query": "espresso", "streaming": "0"})[2]["_meta"]["ranking"] == "model:minilm-l6-v2-int8"
+    assert call(site, {"query": "espresso", "streaming": "0"}).body["_meta"]["ranking"] == "model:minilm-l6-v2-int8"
 
     write_page(tmp_path / "content", "privacy", *PAGES["privacy"])
     write_page(tmp_path / "content", "coffee", *PAGES["coffee"][:4], PAGES["coffee"][4] + " Tea is fine too.")
