@@ -52,7 +52,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
 
     # -- the JSON API ------------------------------------------------------------------------------
     def search():
-        return search_endpoint(conn(), params(), settings.public_base_url)
+        return search_endpoint(conn(), params(), settings)
 
     def stored_resume() -> str:
         row = conn().execute("SELECT body FROM site_files WHERE name = 'resume.json'").fetchone()

@@ -303,7 +303,7 @@ def variant_table(settings, conn, model, pages, items: list[dict]) -> dict[str, 
     questions = {"raw": embed([q["q"] for q in items]), "no ?": embed([q["q"].rstrip().rstrip("?") for q in items])}
     lexical = np.full((len(items), len(paths)), np.inf)
     for row, item in enumerate(items):
-        for rank, hit in enumerate(search.search(conn, item["q"], len(paths), settings.public_base_url)["results"], 1):
+        for rank, hit in enumerate(search.search(conn, item["q"], len(paths), settings)["results"], 1):
             lexical[row, paths.index(target_path(hit["url"], settings))] = rank
 
     def pooled(units, how):

@@ -24,11 +24,11 @@ QUERIES = [["carburetor"], ["coffee"], ["robots"], ["camera"], ["photo", "recipe
 ROUNDS, REPEATS = 7, 50
 
 
-def per_query_us(conn) -> float:
+def per_query_us(conn, settings) -> float:
     started = time.perf_counter()
     for _ in range(REPEATS):
         for words in QUERIES:
-            search.rank(conn, words, 50, "")
+            search.rank(conn, words, 50, settings)
     return (time.perf_counter() - started) / (REPEATS * len(QUERIES)) * 1e6
 
 
@@ -37,11 +37,11 @@ def main() -> None:
     variants = {"snippets with block breaks shown (shipped)": shown, "snippets of the text as it is": lambda text: text}
     times: dict[str, list[float]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as folder:
-        _, conn = scratch_site(Path(folder))
+        settings, conn = scratch_site(Path(folder))
         for _ in range(ROUNDS):
             for name, variant in variants.items():
                 search.shown = variant
-                times[name].append(per_query_us(conn))
+                times[name].append(per_query_us(conn, settings))
         search.shown = shown
     base = statistics.median(times["snippets of the text as it is"])
     print("## Snippets: the cost of showing block breaks (uncached search)\n")

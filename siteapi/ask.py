@@ -349,7 +349,7 @@ def rank_question(request: AskRequest, settings, conn: sqlite3.Connection,
             reported = f"{searched} (in the context of: {'; '.join(prev)})" if prev else searched
             return Ranking(f"model:{ranker.MODEL_NAME}", "embedding", reported, len(matrix.paths),
                            _model_results(hits, searched, settings, conn))
-    found = search.search(conn, searched, request.top_k, settings.public_base_url)
+    found = search.search(conn, searched, request.top_k, settings)
     return Ranking(f"lexical:{reason}", "lexical", searched, found["total"], _lexical_results(found, searched, settings, conn))
 
 

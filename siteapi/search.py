@@ -4,11 +4,10 @@ from __future__ import annotations
 import re
 import sqlite3
 import unicodedata
-from urllib.parse import quote
 
 from siteapi import db
 from siteapi.content import shown
-from siteapi.pages import URL_SAFE
+from siteapi.pages import page_url
 from siteapi.web import ApiError, Reply, cached_json, clamp_int
 
 MAX_QUERY = 160
@@ -115,20 +114,20 @@ def fts_match(words: list[str]) -> str:
     return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
-def search(conn: sqlite3.Connection, q: str, limit: int, base_url: str) -> dict:
+def search(conn: sqlite3.Connection, q: str, limit: int, settings) -> dict:
     """SearchResults for `q`, from this thread's cache while site.db has not changed since."""
     words = terms(q)
     query = q[:MAX_QUERY]
     if not words:
         return {"query": query, "total": 0, "returned": 0, "results": []}
     cache = db.versioned_cache(conn)
-    key = ("rank", tuple(words), limit, base_url)
+    key = ("rank", tuple(words), limit, settings.public_base_url)
     if key not in cache:
-        cache[key] = rank(conn, words, limit, base_url)
+        cache[key] = rank(conn, words, limit, settings)
     return {"query": query, **cache[key]}
 
 
-def rank(conn: sqlite3.Connection, words: list[str], limit: int, base_url: str) -> dict:
+def rank(conn: sqlite3.Connection, words: list[str], limit: int, settings) -> dict:
     """Total before the limit and the ranked rows with kind and snippet."""
     match = fts_match(words)
     with db.one_snapshot(conn):  # the total and the rows of one version
@@ -142,7 +141,7 @@ def rank(conn: sqlite3.Connection, words: list[str], limit: int, base_url: str) 
     pattern = stems_pattern(words)
     results = [
         {
-            "url": base_url + quote(row["path"], safe=URL_SAFE),  # as the sitemap spells it: a URI
+            "url": page_url(settings, row["path"]),
             "title": row["title"],
             "kind": row["kind"],
             "description": row["description"],
@@ -154,7 +153,7 @@ def rank(conn: sqlite3.Connection, words: list[str], limit: int, base_url: str) 
     return {"total": total, "returned": len(results), "results": results}
 
 
-def search_endpoint(conn: sqlite3.Connection, params, base_url: str) -> Reply:
+def search_endpoint(conn: sqlite3.Connection, params, settings) -> Reply:
     """The /search.json body, already encoded: a repeated query costs a dictionary lookup."""
     sent = params.get("q") or ""
     q = clean(sent)
@@ -164,4 +163,4 @@ def search_endpoint(conn: sqlite3.Connection, params, base_url: str) -> Reply:
         raise ApiError(400, f"Parameter q {problem}: send the words to search for as UTF-8 text, e.g. "
                        f"/search.json?q=carburetor{other}.", code="missing_parameter", parameter="q")
     limit = clamp_int(params.get("limit"), 20, 1, 50)
-    return cached_json(conn, ("search", q, limit, base_url), lambda: search(conn, q, limit, base_url))
+    return cached_json(conn, ("search", q, limit, settings.public_base_url), lambda: search(conn, q, limit, settings))

@@ -186,7 +186,8 @@ def test_a_search_answer_is_one_version_of_site_db_though_a_job_commits_between_
     between them (made to happen there) cannot make the total disagree with the rows."""
     from siteapi import search
 
-    path = tmp_path / "site.db"
+    settings = make_settings(tmp_path)
+    path = settings.db_path
     writer = db.writer(path)
     page = {"title": "Plover", "description": "A plover page.", "kind": "page", "date": None, "body": "plover",
             "text": "A plover on the shore.", "source": "p.md", "tags": "[]"}
@@ -203,10 +204,10 @@ def test_a_search_answer_is_one_version_of_site_db_though_a_job_commits_between_
             if statement.lstrip().startswith("SELECT p.path"):
                 add("second")
         reader.set_trace_callback(between)
-        found = search.rank(reader, ["plover"], 10, "https://aadhar.sh")
+        found = search.rank(reader, ["plover"], 10, settings)
         assert found["total"] == len(found["results"]) == 1
         reader.set_trace_callback(None)
-        assert search.rank(reader, ["plover"], 10, "https://aadhar.sh")["total"] == 2  # the next answer sees it
+        assert search.rank(reader, ["plover"], 10, settings)["total"] == 2  # the next answer sees it
     finally:
         reader.close()
         writer.close()
