@@ -101,7 +101,6 @@ SEMANTIC_WEIGHT = 3     # below a literal caption match (5)
 SEMANTIC_TERMS_MAX = 3  # terms embedded per query, each about 1 ms of one core
 SEMANTIC_CACHE = 256    # terms whose matching rows each index keeps (paging repeats a query)
 TERM_TEMPLATE = "a photo of {}"
-_SPLIT = re.compile(r"[^\w]+|_+")  # tokens are runs of letters and digits
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 ORDER_SQL = "ORDER BY taken IS NULL, taken DESC, stem"  # newest first, undated last, then by name
 
@@ -178,9 +177,8 @@ class _Index:
             for i, row in enumerate(rows):
                 value = row[name]
                 if value:
-                    for token in set(_SPLIT.split(str(value).lower())):
-                        if token:
-                            postings.setdefault(token, []).append(i)
+                    for token in set(search.words(str(value))):
+                        postings.setdefault(token, []).append(i)
             self.postings[name] = {token: np.array(ids, dtype=np.int32) for token, ids in postings.items()}
             self.vocab[name] = sorted(postings)
 

@@ -41,14 +41,43 @@ def clean(text: str) -> str:
 # Format characters that sit inside words in text copied from pages (soft hyphens, zero-width
 # spaces and joiners, bidi marks, byte-order marks): dropped, not read as a break between words.
 _INVISIBLE = re.compile("[\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff]")
+# What \w does not match, and the underscore: a word ends there unless it is a combining mark.
+_GAP = re.compile(r"[\W_]+")
+
+
+def _is_mark(char: str) -> bool:
+    return unicodedata.category(char)[0] == "M"
+
+
+def words(text: str, cut: int | None = None) -> list[str]:
+    """`text` lowercased, its first `cut` characters, split into words: runs of letters and digits
+    with the combining marks that follow them (vowel signs, viramas, harakat). Read in NFKC form:
+    full-width and styled letters and ligatures as the plain letters the index holds; a soft hyphen
+    or zero-width space inside a word leaves the word whole.
+
+    The index's unicode61 tokenizer splits हिन्दी at its marks into ह, न, द; a word searched as one
+    FTS5 phrase is split the same way and finds them in a row, where its one-letter pieces alone
+    would be dropped as too short or match any word holding them."""
+    # İ is the one letter whose lower() adds a mark (i + U+0307); unicode61 reads it as a plain i
+    text = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)).replace("İ", "i").lower()[:cut]
+    if text.isascii():  # no marks to keep: split at once, in about half the time (most photo fields)
+        return [word for word in _GAP.split(text) if word]
+    text = " " + text  # ends marks that open the text, which follow no letter
+    found, start = [], 0
+    for gap in _GAP.finditer(text):
+        end = gap.start()
+        while end < gap.end() and _is_mark(text[end]):
+            end += 1
+        if end < gap.end():  # the gap holds more than marks: the word ends with them
+            found.append(text[start:end])
+            start = gap.end()
+    found.append(text[start:])
+    return [word for word in found if word]
 
 
 def tokens(query: str) -> list[str]:
-    """Lowercase, cut to 160 chars, split on non-alphanumerics, keep tokens > 1 char, first 12. Read
-    in NFKC form: full-width and styled letters and ligatures as the plain letters the index holds;
-    a soft hyphen or zero-width space inside a word leaves the word whole."""
-    text = unicodedata.normalize("NFKC", _INVISIBLE.sub("", query[:MAX_QUERY])).lower()[:MAX_QUERY]
-    return [t for t in re.split(r"[^\w]+|_", text) if len(t) > 1][:MAX_TERMS]
+    """The words of the query's first 160 characters longer than one character, the first 12."""
+    return [t for t in words(query[:MAX_QUERY], MAX_QUERY) if len(t) > 1][:MAX_TERMS]
 
 
 def terms(query: str) -> list[str]:

@@ -299,6 +299,25 @@ def test_token_matching_rules():
     assert len(photos.query_terms(" ".join(f"w{i}x" for i in range(20)))) == 12
 
 
+@pytest.fixture(scope="module")
+def marked(tmp_path_factory, checker):
+    """Four demo photos, the cathedral's sidecar caption rewritten in Hindi with a Turkish İ, served live."""
+    settings = make_settings(tmp_path_factory.mktemp("marked"))
+    paths = demo_photos.generate(settings.photos_dir, count=4)
+    paths[3].with_suffix(".txt").write_text("हिन्दी में कैप्शन: the cathedral in İstanbul\n", encoding="utf-8")
+    ingest.run_photos(settings)
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        yield Client(base, checker)
+
+
+@pytest.mark.parametrize("q, term", [("हिन्दी", "हिन्दी"), ("İstanbul", "istanbul"), ("ISTANBUL", "istanbul")])
+def test_caption_words_with_combining_marks_match_as_the_site_search_reads_them(marked, q, term):
+    """Query and caption split alike: a word keeps its vowel signs and viramas, and İ reads as i."""
+    body = marked.get("/photos/query.json", params={"q": q}).json()
+    assert body["ranking"] == {"mode": "all-terms", "terms": [term], "semantic": False}
+    assert stems(body) == ["DSCF0104"]
+
+
 SEA = {"DSCF0101", "DSCF0102", "DSCF0109", "DSCF0116", "DSCF0118"}  # harbour, beach, pier, beach huts, beach
 
 

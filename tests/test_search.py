@@ -1,4 +1,5 @@
 """/search.json on the real server: terms, ranking, limits, snippets, bad input."""
+import dataclasses
 import re
 
 import pytest
@@ -237,3 +238,66 @@ def test_versioned_cache_is_never_inherited_by_a_connection_reusing_a_closed_one
 
     with ThreadPoolExecutor(1) as pool:
         pool.submit(check).result()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, checker):
+    """A site of pages in scripts whose words carry combining marks (Devanagari, Tamil, Thai, vowelled
+    Arabic) and a Turkish İ, served by the real app; `ask` is the same site with /ask's model out of
+    reach, so that /ask ranks with the lexical fallback."""
+    from app import make_app
+    from conftest import Client, build_site, make_settings
+    from servers import serve_wsgi
+
+    tmp = tmp_path_factory.mktemp("world")
+    content = tmp / "content"
+    content.mkdir()
+    filler = "Notes on a long walk along the canal, with a flask of tea and a borrowed camera. " * 3
+
+    def page(name, title, description, body):
+        (content / f"{name}.md").write_text(f"---\ntitle: {title}\ndescription: {description}\nkind: writing\n"
+                                            f"path: /writing/{name}\ndate: 2026-01-01\n---\n{body}\n", encoding="utf-8")
+
+    page("hindi", "हिन्दी लेख", "हिन्दी में एक छोटा लेख।", f"{filler} यह लेख हिन्दी में लिखा गया है।")
+    page("tamil", "தமிழ் கட்டுரை", "ஒரு சிறிய கட்டுரை.", "இது தமிழ் மொழியில் எழுதப்பட்டது.")
+    page("thai", "สวัสดี ชาวโลก", "A Thai greeting.", "สวัสดี")
+    page("thai-swing", "สวิง", "A Thai word that shares a fragment with the greeting.", "สวิง")
+    page("arabic", "مَرْحَبًا بِكُمْ", "A vowelled Arabic greeting.", "مَرْحَبًا")
+    page("istanbul-dotted", "A ferry", "Across the Bosphorus.", f"{filler} Then the ferry to İstanbul.")
+    page("istanbul-plain", "Istanbul at night", "The city after dark.", filler)
+    settings = make_settings(tmp, content_dir=content)
+    build_site(settings)
+    lexical = dataclasses.replace(settings, sections={**settings.sections, "ask": {
+        **settings.section("ask"), "model_path": str(tmp / "no-model.onnx")}})
+    with serve_wsgi(make_app(settings).wsgi) as base, serve_wsgi(make_app(lexical).wsgi) as ask_base:
+        yield {"search": Client(base, checker), "ask": Client(ask_base, checker)}
+
+
+def found(world, q: str) -> list[str]:
+    return [r["url"].rsplit("/", 1)[-1] for r in world["search"].get("/search.json", params={"q": q}).json()["results"]]
+
+
+@pytest.mark.parametrize("q, pages", [
+    ("हिन्दी", ["hindi"]),               # a vowel sign and a virama inside the word
+    ("தமிழ்", ["tamil"]),
+    ("สวัสดี", ["thai"]),                # not สวิง, which shares a fragment between two marks
+    ("مَرْحَبًا", ["arabic"]),            # harakat
+    ("İstanbul", ["istanbul-dotted", "istanbul-plain"]),  # lower() spells İ as i + U+0307
+    ("istanbul", ["istanbul-dotted", "istanbul-plain"]),
+])
+def test_a_word_with_combining_marks_finds_its_pages(world, q, pages):
+    assert sorted(found(world, q)) == pages
+
+
+def test_the_snippet_shows_a_word_with_combining_marks(world):
+    results = world["search"].get("/search.json", params={"q": "İstanbul"}).json()["results"]
+    assert "ferry to İstanbul." in next(r["snippet"] for r in results if r["url"].endswith("/istanbul-dotted"))
+    results = world["search"].get("/search.json", params={"q": "हिन्दी"}).json()["results"]
+    assert "यह लेख हिन्दी में" in results[0]["snippet"]
+
+
+def test_asks_lexical_fallback_reads_words_with_combining_marks(world):
+    body = world["ask"].get("/ask", params={"query": "हिन्दी", "streaming": "0"}).json()
+    assert body["_meta"]["ranking"] == "lexical:model-unavailable"
+    top = body["results"][0]
+    assert top["url"].endswith("/writing/hindi") and top["score"] == 100  # title, description and text
