@@ -113,9 +113,16 @@ def _stem(word: str) -> str:
     return word
 
 
+def spellings(word: str) -> list[str]:
+    """`word`, and with an ß or an ss, the word spelled with the other: unicode61 folds neither, so
+    Straße and STRASSE are different words to the index."""
+    other = word.replace("ß", "ss") if "ß" in word else word.replace("ss", "ß")
+    return [word, other] if other != word else [word]
+
+
 def stems_pattern(words: list[str]) -> re.Pattern:
-    """Matches the start of any term's stem at a word boundary, in `fold`ed text."""
-    stems = sorted({_stem(fold(w)) for w in words}, key=len, reverse=True)
+    """Matches the start of any term's stem (in either spelling) at a word boundary, in `fold`ed text."""
+    stems = sorted({_stem(fold(s)) for w in words for s in spellings(w)}, key=len, reverse=True)
     return re.compile(r"\b(?:" + "|".join(map(re.escape, stems)) + ")")
 
 
@@ -140,7 +147,7 @@ def snippet(text: str, pattern: re.Pattern) -> str:
 
 
 def fts_match(words: list[str]) -> str:
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+    return " OR ".join('"' + s.replace('"', '""') + '"' for w in words for s in spellings(w))
 
 
 def search(conn: sqlite3.Connection, q: str, limit: int, settings) -> dict:

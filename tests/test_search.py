@@ -243,7 +243,7 @@ def test_versioned_cache_is_never_inherited_by_a_connection_reusing_a_closed_one
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, checker):
     """A site of pages in scripts whose words carry combining marks (Devanagari, Tamil, Thai, vowelled
-    Arabic) and a Turkish İ, served by the real app; `ask` is the same site with /ask's model out of
+    Arabic), a Turkish İ and a German ß, served by the real app; `ask` is the same site with /ask's model out of
     reach, so that /ask ranks with the lexical fallback."""
     from app import make_app
     from conftest import Client, build_site, make_settings
@@ -265,6 +265,8 @@ def world(tmp_path_factory, checker):
     page("arabic", "مَرْحَبًا بِكُمْ", "A vowelled Arabic greeting.", "مَرْحَبًا")
     page("istanbul-dotted", "A ferry", "Across the Bosphorus.", f"{filler} Then the ferry to İstanbul.")
     page("istanbul-plain", "Istanbul at night", "The city after dark.", filler)
+    page("sharp-s", "Straße des Cafés", "A street in Paris.", f"{filler} We walked down the Straße.")
+    page("double-s", "Strasse im Regen", "A street in Zurich.", filler)
     settings = make_settings(tmp, content_dir=content)
     build_site(settings)
     lexical = dataclasses.replace(settings, sections={**settings.sections, "ask": {
@@ -301,3 +303,11 @@ def test_asks_lexical_fallback_reads_words_with_combining_marks(world):
     assert body["_meta"]["ranking"] == "lexical:model-unavailable"
     top = body["results"][0]
     assert top["url"].endswith("/writing/hindi") and top["score"] == 100  # title, description and text
+
+
+@pytest.mark.parametrize("q", ["straße", "STRASSE", "Strasse", "STRAẞE"])
+def test_sharp_s_and_double_s_find_each_other(world, q):
+    """unicode61 folds neither into the other, so a word with ß or ss is searched in both spellings."""
+    assert sorted(found(world, q)) == ["double-s", "sharp-s"]
+    results = world["search"].get("/search.json", params={"q": q}).json()["results"]
+    assert "walked down the Straße." in next(r["snippet"] for r in results if r["url"].endswith("/sharp-s"))
