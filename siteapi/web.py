@@ -152,17 +152,28 @@ def cached_json(conn, key: tuple, compute: Callable[[], dict]) -> Reply:
     return conditional(Reply(body), etag)
 
 
+# Bytes that are not UTF-8, as parse_qsl's surrogateescape keeps them.
+_UNDECODED = re.compile("[\udc80-\udcff]")
+
+
 @functools.lru_cache(maxsize=512)  # repeated query strings are the common case; parsing is a tenth of a request
 def _query_pairs(query_string: str) -> tuple[tuple[str, str], ...]:
     try:
-        return tuple(parse_qsl(query_string, keep_blank_values=True, errors="replace", max_num_fields=MAX_FIELDS))
+        pairs = tuple(parse_qsl(query_string, keep_blank_values=True, errors="surrogateescape",
+                                max_num_fields=MAX_FIELDS))
     except ValueError:
         raise ApiError(400, f"The query string has more than {MAX_FIELDS} parameters; send only the ones "
                        "the endpoint reads (see /openapi.json).", code="too_many_parameters") from None
+    for key, value in pairs:
+        if _UNDECODED.search(key) or _UNDECODED.search(value):
+            name = key.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            raise ApiError(400, f"Parameter {name} is not UTF-8 once its %-escapes are decoded; percent-encode "
+                           "the UTF-8 bytes of its text (é is %C3%A9).", code="invalid_parameter", parameter=name)
+    return pairs
 
 
 def params() -> dict[str, str]:
-    """The query string as text (UTF-8, bad bytes replaced), first value of each name."""
+    """The query string as text, first value of each name; a 400 for a name or value not UTF-8."""
     out: dict[str, str] = {}
     for key, value in _query_pairs(bottle.request.environ.get("QUERY_STRING", "")):
         out.setdefault(key, value)

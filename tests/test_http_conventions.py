@@ -390,6 +390,22 @@ def test_a_flood_of_parameters_is_a_400_naming_the_limit(api):
     assert api.get("/search.json?q=film&" + "&".join(f"x{n}=1" for n in range(150))).status_code == 200
 
 
+@pytest.mark.parametrize("path, name", [
+    ("/search.json?q=%E9t%E9", "q"),                             # Latin-1 é
+    ("/search.json?q=film&limit=%FF", "limit"),
+    ("/photos/query.json?camera=X%ED%A0%80", "camera"),           # a surrogate spelled in UTF-8
+    ("/ask?query=caf%E9&streaming=0", "query"),
+    ("/around/changes.json?x%E9=1", "x\ufffd"),                   # a name, shown with its bad byte replaced
+])
+def test_a_query_parameter_that_is_not_utf8_is_a_400_naming_it(api, path, name):
+    """As a path that is not UTF-8 is (the bytes had been read as U+FFFD and searched for)."""
+    r = api.get(path)
+    body = r.json()
+    assert r.status_code == 400 and body["code"] == "invalid_parameter" and body["parameter"] == name, body
+    assert f"Parameter {name} is not UTF-8" in body["error"] and "percent-encode" in body["error"], body
+    assert api.get("/search.json?q=caf%C3%A9").status_code == 200
+
+
 @pytest.mark.parametrize("accept", ["", "garbage", "text/html;q=abc", ";;;,,,", "*/*;q=0.5;q=", "a/b/c;q=2"])
 def test_malformed_accept_never_breaks(api, accept):
     for path in ["/about", "/nope", "/search.json?q=film"]:
