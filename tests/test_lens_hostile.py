@@ -10,18 +10,23 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from urllib.parse import urlsplit
+
 import pytest
+from robotstxt import RobotsMatcher
 
 import lens_web
 from conftest import held_to_cpu
 from lens_sites import FAT_DOCS, site_fetcher
 from siteapi import db
 from siteapi.config import load_settings
+from siteapi.feeds.crawlers import CRAWLERS
 from siteapi.lens import agent, cache, discovery, page, scan, terms
 from siteapi.lens.fetch import FetchResult
 from siteapi.lens.observe import inspect
 
 HOSTILE_CHARS = 512 * 1024  # the robots.txt cap; no fetched text the lens reads whole is longer
+LONG_PATH_URL = "https://x.test/" + "a" * 2000
 
 
 def _security_txt(text: str) -> dict:
@@ -46,6 +51,13 @@ LINEAR = {
     "robots.txt scoreboard, a key of spaces in a group": (
         lambda text: terms.scoreboard(text, "present", "https://x.test/"),
         lambda n: "User-agent: GPTBot\nA" + " " * n + "\nDisallow: /\n", 1),
+    # sec_audit24 #1: Google's matcher costs a step per rule character per path position past a `*`
+    "robots.txt scoreboard, wildcard rules against a long path": (
+        lambda text: terms.scoreboard(text, "present", LONG_PATH_URL),
+        lambda n: "User-agent: *\n" + ("Disallow: /" + "*a" * 400 + "b\n") * n, 812),
+    "robots.txt scoreboard, anchored wildcard rules against a long path": (
+        lambda text: terms.scoreboard(text, "present", LONG_PATH_URL),
+        lambda n: "User-agent: *\n" + "Allow: /*a*a*a*a*a*a*a*a*a*a*a*a*a$\n" * n, 38),
     "page HTML, unclosed script tags": (agent.webmcp, lambda n: "<script</b" * n, 10),
     # the tag reader behind the nesting cut: a name running into its attributes, no ">" to end it
     "page HTML, a tag name that never ends": (page.nesting_cut, lambda n: "<a" + "a0:-" * (n // 4), 1),
@@ -117,6 +129,52 @@ def test_terms_show_a_group_of_many_agents_once_and_cut():
     named = "GPTBot/" + "1" * 600
     rows = {row["ua"]: row for row in terms.scoreboard(f"User-agent: {named}\nDisallow: /\n", "present", "https://x.test/")}
     assert rows["GPTBot"]["verdict"] == "block" and rows["GPTBot"]["matchedUa"] == named[:terms.AGENT_CHARS]
+
+
+class CountingMatcher:
+    """Google's matcher, noting the size of every question: it does at most a step per robots.txt
+    character per path position, so the sum of their products bounds the work it was given."""
+    asked: list[int] = []
+
+    def __init__(self):
+        self._matcher = RobotsMatcher()
+
+    def is_allowed(self, text: str, token: str, url: str) -> bool:
+        CountingMatcher.asked.append(len(text) * (len(urlsplit(url).path) + 1))
+        return self._matcher.is_allowed(text, token, url)
+
+    def __getattr__(self, name):
+        return getattr(self._matcher, name)
+
+
+@pytest.mark.parametrize("name", [name for name in LINEAR if "wildcard rules against a long path" in name])
+def test_the_scoreboard_gives_the_matcher_bounded_work_on_wildcard_rules(name, monkeypatch):
+    """sec_audit24 #1: 19 crawlers each asked about 512 KiB of `*a*a…b` rules and a 2,000-character
+    path took 11-14 s of CPU per scan, past the scan's deadline."""
+    monkeypatch.setattr(terms, "RobotsMatcher", CountingMatcher)
+    monkeypatch.setattr(CountingMatcher, "asked", [])
+    _, make, unit = LINEAR[name]
+    rows = terms.scoreboard(make(HOSTILE_CHARS // unit), "present", LONG_PATH_URL)
+    assert sum(CountingMatcher.asked) <= terms.MATCH_WORK
+    assert {row["verdict"] for row in rows} == {"unknown"}
+    assert all("wildcard (*) rules" in row["note"] for row in rows)
+
+
+def test_crawlers_reading_the_same_groups_are_matched_once(monkeypatch):
+    """Wildcard rules of a realistic size against a long path are still matched, once for the
+    crawlers no group names and once for each one named, with Google's verdicts."""
+    robots = ("User-agent: GPTBot\nDisallow: /a*a$\n\nUser-agent: CCBot\nAllow: /\n\nUser-agent: *\n"
+              + "".join(f"Disallow: /*x{i}*.pdf$\n" for i in range(200)) + "Disallow: /*a*a*a$\n")
+    monkeypatch.setattr(terms, "RobotsMatcher", CountingMatcher)
+    monkeypatch.setattr(CountingMatcher, "asked", [])
+    rows = {row["ua"]: row for row in terms.scoreboard(robots, "present", LONG_PATH_URL)}
+    long_questions = [work for work in CountingMatcher.asked if work > len(robots) * 2]
+    assert len(long_questions) == 3  # the `*` groups, GPTBot's, CCBot's
+    for crawler in CRAWLERS:
+        google = RobotsMatcher()
+        verdict = "allow" if google.is_allowed(robots, crawler["token"], LONG_PATH_URL) else "block"
+        assert rows[crawler["token"]]["verdict"] == verdict, crawler["token"]
+    assert rows["GPTBot"]["verdict"] == rows["ClaudeBot"]["verdict"] == "block" and rows["CCBot"]["verdict"] == "allow"
 
 
 # --- stacked Content-Encodings: decoded as far as curl and urllib3 go, refused beyond ------------

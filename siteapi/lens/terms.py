@@ -7,6 +7,9 @@ that is text is read, whatever its Content-Type, and lines that are not rules ar
 9309), so a file without rules allows everything, as a 4xx does; 5xx, unreachable or a binary body
 leaves every verdict `unknown`. The rules are the asked origin's: after a redirect to another origin
 they are read for the asked URL, not the final one.
+Google's matcher tracks every path position a `*` may have stopped at, so a wildcard rule costs it
+up to one step per character per path position: the scoreboard asks it once per group of crawlers
+that read the same rules, within MATCH_WORK steps, and answers `unknown` past them.
 Beside it: Content-Signal lines, pay-per-crawl and x402, enforcement seen by our own fetch,
 noai directives, W3C TDMRep, and the spectrum tier (open < signaled < enforced < paid).
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from robotstxt import RobotsMatcher
 
@@ -30,6 +33,10 @@ _PRODUCT_TOKEN = re.compile(r"[A-Za-z_-]*")
 TIERS = ("open", "signaled", "enforced", "paid")
 SIGNALS = 50
 AGENT_CHARS = 200  # a user-agent value as shown; the rule beside it is cut at 300
+# About a tenth of a second of the matcher: enough for 10,000 characters of wildcard rules, read
+# for every crawler each named in a group of its own, against a path of 1,000 characters
+MATCH_WORK = 200_000_000
+_ASCII = bytes(range(128))
 
 
 def robots_state(status: int | None, unreachable: bool, text: str | None) -> tuple[str, str | None]:
@@ -135,15 +142,16 @@ def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | N
     rows, named_at = [], []
     path_url = page_url if urlsplit(page_url).path else page_url + "/"
     lines = robots_lines(robots_text or "")
+    answers, too_costly = _answers(robots_text or "", lines, path_url) if state == "present" else ({}, None)
     for crawler in CRAWLERS:
         row = {"ua": crawler["token"], "owner": crawler["owner"], "kind": crawler["kind"], "role": crawler["role"],
                "verdict": "unknown", "matchedUa": None, "rule": None}
         if state == "absent":
             row.update(verdict="allow", note="no robots.txt (4xx): everything is allowed")
+        elif too_costly:
+            row["note"] = too_costly
         elif state == "present":
-            matcher = RobotsMatcher()  # the matcher keeps state between calls; one per question
-            allowed = matcher.is_allowed(robots_text or "", crawler["token"], path_url)
-            line, named = matcher.matching_line, matcher.ever_seen_specific_agent
+            allowed, line, named = answers[crawler["token"]]
             row["verdict"] = "allow" if allowed else "block"
             if line:
                 row["rule"] = rule_at(lines, line)
@@ -165,6 +173,33 @@ def scoreboard(robots_text: str | None, state: str, page_url: str, note: str | N
     for row, line in named_at:
         row["matchedUa"] = groups[line].get(row["ua"].lower(), row["ua"])[:AGENT_CHARS]
     return rows
+
+
+def _answers(robots_text: str, lines: list[str], path_url: str) -> tuple[dict[str, tuple[bool, int, bool]], str | None]:
+    """Google's (allowed, matching line, crawler named) per registry token for `path_url`, or why
+    robots.txt was not matched: its wildcard rules would take the matcher past MATCH_WORK steps.
+
+    Crawlers that no group names all read the `*` groups alone, so one question answers for all of
+    them. Which ones are named is asked of the parser with the root path, against which no rule
+    costs more than its length."""
+    root = urlunsplit(urlsplit(path_url)[:2] + ("/", "", ""))
+    keys = {c["token"]: c["token"] if _ask(robots_text, c["token"], root)[2] else "*" for c in CRAWLERS}
+    wildcard = "".join(line[line.index("*"):] for line in lines if "*" in line).encode()
+    escaped = len(wildcard) + 2 * len(wildcard.translate(None, _ASCII))  # the matcher reads non-ASCII as %XX
+    if len(set(keys.values())) * escaped * (len(path_url) + 1) > MATCH_WORK:
+        return {}, (f"not matched: robots.txt's {escaped:,} characters of wildcard (*) rules against a path "
+                    f"this long ({len(path_url):,} characters) are past what the lens matches")
+    asked = {}
+    for token, key in keys.items():
+        if key not in asked:
+            asked[key] = _ask(robots_text, token, path_url)
+    return {token: asked[key] for token, key in keys.items()}, None
+
+
+def _ask(robots_text: str, token: str, url: str) -> tuple[bool, int, bool]:
+    matcher = RobotsMatcher()  # the matcher keeps state between calls; one per question
+    allowed = matcher.is_allowed(robots_text, token, url)
+    return allowed, matcher.matching_line, matcher.ever_seen_specific_agent
 
 
 def content_signals(robots_text: str | None) -> list[dict]:
