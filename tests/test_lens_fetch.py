@@ -113,6 +113,14 @@ def test_url_normalisation():
     assert parse_target("https://Sub_Domain.example.com/").host == "sub_domain.example.com"
     assert parse_target("https://a_b.bücher.ch/").host == "a_b.xn--bcher-kva.ch"
     assert parse_target("https:/example.com/x").url == "https://example.com/x"
+    # `--` in positions 3-4 of an ASCII label, as DNS and browsers allow, where IDNA 2008 refuses it
+    # (unicode_audit24 M4); the label must still be letters, digits and inner hyphens
+    assert parse_target("https://R3---sn-abc.googlevideo.com/").host == "r3---sn-abc.googlevideo.com"
+    assert parse_target("https://ab--c.bücher.ch/").host == "ab--c.xn--bcher-kva.ch"
+    for url in ("https://-ab.example.com/", "https://ab-.example.com/", "https://xn--abc.example.com/",
+                f"https://{'a' * 64}.example.com/", "https://a!b.example.com/"):
+        with pytest.raises(FetchRefused):
+            parse_target(url)
 
 
 def _refused_without_network(resolver):
@@ -177,6 +185,16 @@ def test_a_name_with_an_underscore_is_fetched_under_that_name(web):
     resolver = lens_web.StubResolver({"under_score.test": ["127.0.0.1"]})
     result = lens_web.loopback_fetcher(web, resolver).fetch(f"http://Under_Score.test:{web.port}/rich")
     assert result.status == 200 and web.seen[-1][1]["Host"] == f"under_score.test:{web.port}"
+
+
+def test_a_name_with_a_double_hyphen_is_fetched_under_that_name_and_checked(web):
+    resolver = lens_web.StubResolver({"ab--c.test": ["127.0.0.1"], "r3---sn-x.test": ["10.0.0.7"]})
+    fetcher = lens_web.loopback_fetcher(web, resolver)
+    result = fetcher.fetch(f"http://AB--c.test:{web.port}/rich")
+    assert result.status == 200 and web.seen[-1][1]["Host"] == f"ab--c.test:{web.port}"
+    with pytest.raises(FetchRefused) as refused:
+        fetcher.fetch(f"http://r3---sn-x.test:{web.port}/rich")
+    assert "public internet addresses" in str(refused.value)
 
 
 def test_a_name_that_resolves_public_then_private_is_connected_to_the_checked_address(web):

@@ -201,7 +201,7 @@ _IPV6_IN_BRACKETS = "An IPv6 address in a URL goes in brackets; send it as https
 _IPV6_NOT_VALID = "The URL's IPv6 address is not valid; write a valid one in brackets, such as https://[2606:4700::1]/."
 _SCHEME_REFUSED = "Only http and https URLs can be inspected, not {} URLs; send one such as https://example.com/."
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$")
-_UNDERSCORED_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+_ASCII_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 _QUERY_SAFE = _PATH_SAFE + "?"
 
@@ -260,9 +260,11 @@ def _with_scheme(text: str) -> str:
 
 
 def _ascii_name(name: str) -> str:
-    """The name in ASCII, each label checked by IDNA 2008 (the idna package), except that an ASCII
-    label may hold underscores (sub_domain.example.com), as DNS and browsers allow."""
-    labels = [label.lower() if label.isascii() and "_" in label and _UNDERSCORED_LABEL.fullmatch(label)
+    """The name in ASCII: a label of letters, digits, hyphens and underscores is kept as it is, lower
+    case, as DNS and browsers take it (sub_domain.example.com, r3---sn-abc.googlevideo.com, which
+    IDNA 2008 refuses for its `--` in positions 3-4); other labels, and A-labels (xn--), are checked
+    and encoded by IDNA 2008 (the idna package)."""
+    labels = [label.lower() if _ASCII_LABEL.fullmatch(label) and not label.lower().startswith("xn--")
               else idna.encode(label, uts46=True).decode("ascii").lower() for label in name.split(".")]
     ascii_name = ".".join(labels)
     if len(ascii_name) > 253:
