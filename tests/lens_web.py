@@ -4,10 +4,10 @@ Every path is one site behaviour: a rich page, frame headers, and each hostile a
 must survive (slow, dripping, reset, garbage status line, redirect loops and redirects to private
 addresses or to a malformed URL, 103 Early Hints before the answer, an event stream that stays
 open, 10 MB bodies, compression bombs, a body gzipped under N stacked Content-Encodings, broken
-encodings and charsets, binary sent as HTML, deep nesting, 50,000 JSON-LD blocks, JSON-LD that grows
-when indented, header values and a title longer than anyone stores). `loopback_fetcher()` reaches
-it through the fetcher's seams: a policy that allows exactly this server's (127.0.0.1, port) and a
-stub resolver.
+encodings and charsets, header values in raw UTF-8, binary sent as HTML, deep nesting, 50,000
+JSON-LD blocks, JSON-LD that grows when indented, header values and a title longer than anyone
+stores). `loopback_fetcher()` reaches it through the fetcher's seams: a policy that allows exactly
+this server's (127.0.0.1, port) and a stub resolver.
 """
 from __future__ import annotations
 
@@ -79,6 +79,10 @@ def _bombs() -> dict[str, bytes]:
 
 _BOMBS: dict[str, bytes] = {}
 _BOMB_LOCK = threading.Lock()
+
+
+def _raw_utf8(text: str) -> str:
+    return text.encode().decode("latin-1")
 
 
 def bomb(coding: str) -> bytes:
@@ -156,6 +160,12 @@ class Handler(BaseHTTPRequestHandler):
             "/to-other-port": lambda: self.redirect("http://shop.test:8080/"),
             "/to-ftp": lambda: self.redirect("ftp://shop.test/file"),
             "/to-template-host": lambda: self.redirect("http://[YOUR-DOMAIN]/"),
+            # header values in raw UTF-8, as many servers send them (send_header writes ISO-8859-1)
+            "/to-cafe": lambda: self.redirect(_raw_utf8("/café")),
+            "/caf%C3%A9": lambda: self.send(200, "<title>café</title>".encode()),
+            "/utf8-link": lambda: self.send(200, b"<p>x</p>", headers={
+                "Link": _raw_utf8('</café>; rel="alternate"; type="text/markdown"'), "X-Note": _raw_utf8("déjà vu"),
+                "X-Latin-1": "caf\xe9"}),
             "/early-hints": self.early_hints,
             "/held-stream": self.held_stream,
             "/negotiate": self.negotiate,

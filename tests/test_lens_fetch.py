@@ -7,7 +7,7 @@ import time
 import pytest
 
 import lens_web
-from siteapi.lens import agent
+from siteapi.lens import agent, page
 from siteapi.lens.discovery import Subrequests
 from siteapi.lens.fetch import (PRODUCTION_POLICY, AddressPolicy, Fetcher, FetchFailed, FetchRefused,
                                 classify_address, decode_body, parse_target)
@@ -195,6 +195,18 @@ def test_a_name_with_a_double_hyphen_is_fetched_under_that_name_and_checked(web)
     with pytest.raises(FetchRefused) as refused:
         fetcher.fetch(f"http://r3---sn-x.test:{web.port}/rich")
     assert "public internet addresses" in str(refused.value)
+
+
+def test_header_values_in_raw_utf8_are_read_as_utf8(web):
+    """unicode_audit24 M3: http.client reads header bytes as ISO-8859-1, so a raw `Location: /café`
+    led to /caf%C3%83%C2%A9 (a 404) and a Link to /café was shown as /cafÃ©."""
+    fetcher = lens_web.loopback_fetcher(web, lens_web.StubResolver({"shop.test": ["127.0.0.1"]}))
+    result = fetcher.fetch(web.url("/to-cafe"))
+    assert result.status == 200 and result.final_url == web.url("/caf%C3%A9")
+    result = fetcher.fetch(web.url("/utf8-link"))
+    assert result.headers["link"] == '</café>; rel="alternate"; type="text/markdown"'
+    assert result.headers["x-note"] == "déjà vu" and result.headers["x-latin-1"] == "caf\xe9"  # not UTF-8: as sent
+    assert page.parse_link_header(result.headers["link"], result.final_url)[0]["href"] == web.url("/café")
 
 
 def test_a_name_that_resolves_public_then_private_is_connected_to_the_checked_address(web):

@@ -480,7 +480,7 @@ class Fetcher:
                 if self.visit is not None:
                     self.visit(target)
                 response = self._open(target, headers or {}, watchdog, hop=len(redirects))
-                location = response.headers.get("location")
+                location = _header_text(response.headers.get("location", ""))
                 if response.status not in REDIRECT_STATUSES or not location:
                     raw, raw_truncated = self._read(response, cap, watchdog, keep_partial)
                     break
@@ -634,11 +634,20 @@ def join_url(base: str, reference: str) -> str | None:
         return None
 
 
+def _header_text(value: str) -> str:
+    """A header value as browsers read it: http.client decodes the bytes as ISO-8859-1, and bytes
+    that are valid UTF-8 (a raw `Location: /café`, common) are read as UTF-8 instead."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
 def _headers(response) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in response.headers.items():
         key = name.lower()
-        value = value[:MAX_HEADER_VALUE]
+        value = _header_text(value)[:MAX_HEADER_VALUE]
         out[key] = f"{out[key]}, {value}" if key in out else value
     return out
 
