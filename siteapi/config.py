@@ -74,7 +74,7 @@ class Settings:
     port: int = 8000  # the app's loopback port behind Caddy (SITE_PORT, which the Caddyfile reads too)
 
     def section(self, name: str) -> Mapping[str, Any]:
-        """A settings table added by a later area ([lens], [ask], [feeds] ...), read-only."""
+        """`[name]` of site.toml ([lens], [ask], [feeds] ...) with its SITE_* overrides, read-only; empty when absent."""
         return self.sections.get(name, MappingProxyType({}))
 
     def secret(self, name: str) -> str | None:
