@@ -397,13 +397,10 @@ def report(conn: sqlite3.Connection) -> dict:
     """AroundReport of the latest crawl; ApiError 503 Pending (Retry-After a day) until one has succeeded."""
     pending = ApiError(503, "No neighborhood snapshot exists yet: no crawl has succeeded so far; the crawl runs daily.",
                        code="pending", headers={"Retry-After": "86400"}, pending=True, note=PENDING_NOTE)
-    try:
-        crawl = conn.execute("SELECT * FROM around_crawls ORDER BY id DESC LIMIT 1").fetchone()
-        rows = [] if crawl is None else conn.execute(
-            "SELECT * FROM around_results WHERE crawl_id = ?", (crawl["id"],)).fetchall()
-    except sqlite3.Error:  # no file, or one without the tables (emptied): not a crawl yet to come
-        raise ApiError(503, "The neighborhood snapshot cannot be read right now; try again in a minute.",
-                       code="storage_unavailable", headers={"Retry-After": "60"}) from None
+    # No file, or one without the tables (emptied), is not a crawl yet to come: the app's 503
+    # storage_unavailable (web.Site.serve), not `pending`.
+    crawl = conn.execute("SELECT * FROM around_crawls ORDER BY id DESC LIMIT 1").fetchone()
+    rows = [] if crawl is None else conn.execute("SELECT * FROM around_results WHERE crawl_id = ?", (crawl["id"],)).fetchall()
     if crawl is None:
         raise pending
     # Fastest first; failed and skipped rows last.
