@@ -43,7 +43,7 @@ def prepare_connection(conn):
     fetched = weakref.WeakKeyDictionary()  # cursor -> bytes of text and blobs it has returned
 
     def counted_row(cursor, values):
-        total = fetched.get(cursor, 0) + sum(json_bytes(v) for v in values if isinstance(v, (str, bytes)))
+        total = fetched.get(cursor, 0) + sum(json_length(v) for v in values if isinstance(v, (str, bytes)))
         if total > MAX_RESULT_BYTES:
             raise sqlite3.DataError(f"The rows of this query hold more than {MAX_RESULT_BYTES >> 20} MiB of text and "
                                     "blobs; select fewer rows or columns, or length() of a long value.")
@@ -53,6 +53,6 @@ def prepare_connection(conn):
     conn.row_factory = counted_row
 
 
-def json_bytes(value: str | bytes) -> int:
+def json_length(value: str | bytes) -> int:
     """A text's length as Datasette's JSON writes it (ASCII, escaped, without its quotes); a blob's own."""
     return len(encode_basestring_ascii(value)) - 2 if isinstance(value, str) else len(value)

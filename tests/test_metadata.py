@@ -169,7 +169,7 @@ def test_what_the_site_stores_reads_well_inside_the_caps(site_settings, datasett
         conn.row_factory = None
         tables = [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         widest = max(len(conn.execute(f"PRAGMA table_info({t})").fetchall()) for t in tables)
-        row_bytes = {t: sorted((sum(limits.json_bytes(v) for v in row if isinstance(v, (str, bytes)))
+        row_bytes = {t: sorted((sum(limits.json_length(v) for v in row if isinstance(v, (str, bytes)))
                                 for row in conn.execute(f"SELECT * FROM {t}")), reverse=True) for t in tables}
     assert max(max(sizes, default=0) for sizes in row_bytes.values()) * 4 < limits.MAX_VALUE_BYTES
     assert widest * 2 <= limits.MAX_COLUMNS
