@@ -9,6 +9,8 @@ the prefix off the path before Datasette sees it and puts it back on every redir
 """
 from datasette import hookimpl
 
+from siteapi.asgi import unprefixed
+
 
 @hookimpl
 def asgi_wrapper(datasette):
@@ -23,13 +25,10 @@ def asgi_wrapper(datasette):
         if prefix == b"/":
             return app
 
-        async def unprefixed(scope, receive, send):
+        async def served(scope, receive, send):
             if scope["type"] != "http":
                 return await app(scope, receive, send)
-            raw = scope.get("raw_path") or scope["path"].encode()
-            if raw.startswith(prefix):
-                keep = len(prefix) - 1  # from the "/" that ends the prefix
-                scope = {**scope, "raw_path": raw[keep:], "path": scope["path"][keep:]}
+            scope = unprefixed(scope, prefix)
 
             async def send_prefixed(message):
                 if message["type"] == "http.response.start" and 300 <= message["status"] < 400:
@@ -39,6 +38,6 @@ def asgi_wrapper(datasette):
 
             return await app(scope, receive, send_prefixed)
 
-        return unprefixed
+        return served
 
     return wrap

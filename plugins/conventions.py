@@ -8,28 +8,21 @@ plain-text 405 without `Allow`). An `API-Version` other than 1 is the app's 400
 `unsupported_api_version`. The publication is read-only, so no POST is served (its canned queries
 are reads).
 """
-import json
-
 from datasette import hookimpl
 
+from siteapi.asgi import answer, refuse, site_settings, unprefixed
 from siteapi.web import method_refusal, version_refusal
 
 ALLOWED = ["GET", "HEAD", "OPTIONS"]
 
 
-async def _answer(send, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(name.lower().encode(), value.encode()) for name, value in headers]})
-    await send({"type": "http.response.body", "body": body})
-
-
 @hookimpl
 def asgi_wrapper(datasette):
+    settings = site_settings()
     prefix = datasette.setting("base_url")
 
-    def public_path(path: str) -> str:
-        # plugins/base_url.py may have taken the prefix off already (plugins load in directory order)
-        return path if path.startswith(prefix) else prefix.rstrip("/") + path
+    def public_path(scope) -> str:
+        return prefix.rstrip("/") + unprefixed(scope, prefix.encode())["path"]
 
     def wrap(app):
         async def conventions(scope, receive, send):
@@ -37,16 +30,13 @@ def asgi_wrapper(datasette):
                 return await app(scope, receive, send)
             method = scope["method"].upper()
             if method == "OPTIONS":
-                return await _answer(send, 204, [("Allow", ", ".join(ALLOWED))])
+                return await answer(send, 204, [("Allow", ", ".join(ALLOWED))])
             version = next((value.decode("latin-1") for name, value in scope["headers"] if name == b"api-version"), None)
-            refusal = (method_refusal(public_path(scope["path"]), method, ALLOWED) if method not in ALLOWED
+            refusal = (method_refusal(public_path(scope), method, ALLOWED) if method not in ALLOWED
                        else version_refusal(version))
             if refusal is None:
                 return await app(scope, receive, send)
-            payload = json.dumps(refusal.body).encode()
-            await _answer(send, refusal.status, [
-                ("Content-Type", "application/json"), ("Content-Length", str(len(payload))), ("Cache-Control", "no-store"),
-                *refusal.headers.items()], b"" if method == "HEAD" else payload)
+            await refuse(send, scope, refusal, settings)
 
         return conventions
 

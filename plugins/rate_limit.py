@@ -33,12 +33,12 @@ it has a budget of its own; nothing needs configuring (tests/test_datasette_rate
 """
 import asyncio
 import collections
-import json
 
 from datasette import hookimpl
 
-from siteapi.config import SettingsError, load_settings
+from siteapi.asgi import refuse, site_settings, unprefixed, wire
 from siteapi.ratelimit import RateLimiter, address_key
+from siteapi.web import rate_refusal
 
 POLICY = "data"
 FREE = (b"/-/static/", b"/-/static-plugins/")
@@ -94,35 +94,15 @@ class Turns:
             waiter.set_result(None)
 
 
-def _wire(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    return [(name.lower().encode(), value.encode()) for name, value in headers]
-
-
-async def _refuse(send, decision) -> None:
-    body = json.dumps({"error": decision.refusal(), "code": "rate_limited", "status": 429,
-                       "retry_after": decision.retry_after}).encode()
-    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
-               *decision.headers()]
-    await send({"type": "http.response.start", "status": 429, "headers": _wire(headers)})
-    await send({"type": "http.response.body", "body": body})
-
-
 @hookimpl
 def asgi_wrapper(datasette):
-    try:
-        settings = load_settings()
-    except SettingsError as exc:
-        raise SystemExit(f"datasette: {exc}") from None
+    settings = site_settings()
     limiter = RateLimiter({POLICY: settings.rates[POLICY]}, settings.rate_storage)
     shared = settings.rate_storage != "memory://"
     prefix = datasette.setting("base_url").encode()
 
     def free(scope) -> bool:
-        # The path as Datasette routes it (DatasetteRouter): raw, without base_url, which
-        # plugins/base_url.py has taken off already or not (plugins load in directory order).
-        path = (scope.get("raw_path") or scope["path"].encode()).partition(b"?")[0]
-        if path.startswith(prefix):
-            path = path[len(prefix) - 1:]
+        path = unprefixed(scope, prefix)["raw_path"].partition(b"?")[0]  # as Datasette routes it (DatasetteRouter)
         return path.startswith(FREE) or path == b"/favicon.ico"
 
     turns = Turns(RUNNING, RUNNING_PER_CALLER)
@@ -137,8 +117,8 @@ def asgi_wrapper(datasette):
             decision = (await asyncio.to_thread(limiter.hit, POLICY, caller) if shared
                         else limiter.hit(POLICY, caller))
             if not decision.allowed:
-                return await _refuse(send, decision)
-            counted = _wire(decision.headers())
+                return await refuse(send, scope, rate_refusal(decision), settings, decision.headers())
+            counted = wire(decision.headers())
             await turns.take(caller)
             held = True
 

@@ -23,7 +23,6 @@ reaches the app: Caddyfile).
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import time
 import warnings
@@ -32,7 +31,7 @@ import waitress.server
 from waitress.channel import HTTPChannel
 from waitress.task import ErrorTask, WSGITask
 
-from siteapi.web import MAX_BODY_BYTES
+from siteapi.web import MAX_BODY_BYTES, ApiError, json_bytes
 
 OPTIONS = dict(host="127.0.0.1", threads=8, send_bytes=18000, max_request_body_size=2 * MAX_BODY_BYTES)
 # Behind the trusted local proxy (Caddy), whose X-Forwarded-For becomes REMOTE_ADDR.
@@ -81,8 +80,8 @@ class JsonErrorTask(ErrorTask):
         detail = {413: f"the body is over {adj.max_request_body_size // 2**10} KB, more than any endpoint here reads",
                   431: f"the headers are over {adj.max_request_header_size // 2**10} KB"}.get(
                       error.code, " ".join(str(error.body).split()).rstrip("."))
-        body = json.dumps({"error": f"{error.reason}: {detail}; {self.ADVICE.get(error.code, 'try again later')}.",
-                           "code": self.CODES.get(error.code, "internal_error"), "status": error.code}).encode()
+        sentence = f"{error.reason}: {detail}; {self.ADVICE.get(error.code, 'try again later')}."
+        body = json_bytes(ApiError(error.code, sentence, code=self.CODES.get(error.code, "internal_error")).body)
         self.status = f"{error.code} {error.reason}"
         self.response_headers.extend([("Content-Type", "application/json"), ("Cache-Control", "no-store"),
                                       ("Access-Control-Allow-Origin", "*")])  # a browser page can read why

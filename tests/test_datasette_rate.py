@@ -21,13 +21,16 @@ from datasette.app import Datasette
 from conftest import ROOT
 from servers import accepts, running
 from siteapi import db
+from siteapi.config import load_settings
 from siteapi.stack import datasette_command
+from siteapi.web import DOCS_PATH
 from test_metadata import serving_datasette
 from test_stack_e2e import caddy_in_front, free_port, needs_caddy
 
 QUOTA = 5
 POLICY = f'"data";q={QUOTA};w=60'
 TABLE = "/data/site/pages.json"
+DOCS = load_settings().url(DOCS_PATH)  # what the Datasettes started here read too
 
 
 class Answer(NamedTuple):
@@ -65,7 +68,7 @@ def assert_refused(answer: Answer) -> None:
     assert 1 <= retry <= 60 and remaining(answer) == 0 and answer.headers["Cache-Control"] == "no-store"
     assert json.loads(answer.body) == {
         "error": f"Too many requests: the data budget is {QUOTA} per 60 seconds per caller; retry in {retry} seconds.",
-        "code": "rate_limited", "status": 429, "retry_after": retry}
+        "code": "rate_limited", "status": 429, "retry_after": retry, "docs": DOCS}
 
 
 @contextlib.contextmanager
@@ -120,7 +123,7 @@ def test_methods_and_versions_follow_the_sites_rules(port, path):
         assert refused.status == 405 and refused.headers["Allow"] == "GET, HEAD, OPTIONS", (method, refused)
         assert json.loads(refused.body) == {"error": f"{path} answers GET, HEAD, OPTIONS, not {method}.",
                                             "code": "method_not_allowed", "status": 405,
-                                            "allow": ["GET", "HEAD", "OPTIONS"]}
+                                            "allow": ["GET", "HEAD", "OPTIONS"], "docs": DOCS}
     options = get(port, path, caller, method="OPTIONS")
     assert (options.status, options.headers["Allow"], options.body) == (204, "GET, HEAD, OPTIONS", b"")
     for version, status in (("1", 200), ("", 200), ("2", 400), ("1, 2", 400)):
