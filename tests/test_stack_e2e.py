@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from urllib.parse import urlsplit
 
 import exiv2
 import httpx
@@ -684,6 +685,23 @@ def test_datasette_links_reach_clients_in_rfc_8288_form(stack):
     link = r.headers["Link"]
     assert link.startswith("<http") and '>; rel="alternate"' in link, link
     assert r.links["alternate"]["url"].endswith("/data/site/pages.json")
+
+
+@needs_caddy
+def test_a_query_string_cannot_add_links_to_datasettes_answers(stack):
+    """Datasette wrote the query string into its Link as it came, and the edge's <> around the text
+    up to the first ";" made the rest further links: a caller could add rel=preload or stylesheet
+    links of its choosing to a /data/ page (sec_audit24 #3). The URL in a Link is percent-encoded."""
+    hostile = "a=1;b,<https://evil.example/>;rel=preload;as=script x\"y"
+    for base in (stack["edge"], f"http://127.0.0.1:{stack['DATASETTE_PORT']}"):
+        connection = http.client.HTTPConnection(urlsplit(base).hostname, urlsplit(base).port, timeout=30)
+        connection.request("GET", "/data/site/pages?" + hostile.replace(" ", "+"))
+        link = connection.getresponse().headers["Link"]
+        connection.close()
+        assert link == (f'<{base}/data/site/pages.json?a=1%3Bb%2C%3Chttps://evil.example/%3E%3Brel=preload%3Bas=script'
+                        f'+x%22y>; rel="alternate"; type="application/json+datasette"'), (base, link)
+        moved = requests.get(base + "/data/site/pages?_sort=title&_sort_by_desc=on", allow_redirects=False, timeout=30)
+        assert moved.headers["Link"] == "</data/site/pages?_sort_desc=title>; rel=preload", base
 
 
 @needs_caddy
