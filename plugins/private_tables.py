@@ -11,10 +11,19 @@ The same authorizer refuses, on every database, the `dbstat` table (the page cou
 sizes of every table, private ones included) and the `fts3_tokenizer()` function, which this
 SQLite build enables: it returns a pointer into libsqlite3 (defeating address randomisation) and
 registers any bytes as a tokenizer's function pointer, one FTS3 table away from a call.
+
+A refused read in a table page's `_where` is the 403 the private table's own page answers, with a
+sentence saying what is refused and where the public tables are: Datasette's table view let the
+authorizer's error through as a 500 (its query view answers SQL's refusal with a 400 of its own).
 """
+import re
 import sqlite3
 
 from datasette import hookimpl
+from datasette.handle_exception import handle_exception as render_error
+from datasette.views.base import DatasetteError
+
+REFUSED_READ = re.compile(r"access to (.+)\.[^.]+ is prohibited")  # SQLite's words for SQLITE_DENY of a read
 
 
 @hookimpl
@@ -30,3 +39,15 @@ def prepare_connection(conn, database, datasette):
         return sqlite3.SQLITE_OK
 
     conn.set_authorizer(authorize)
+
+
+@hookimpl
+def handle_exception(datasette, request, exception):
+    refused = isinstance(exception, sqlite3.DatabaseError) and REFUSED_READ.fullmatch(str(exception))
+    if not refused:
+        return None
+    database = request.url_vars.get("database")
+    public = datasette.urls.path(database) if database else datasette.urls.instance()  # as the URL spells it
+    return render_error(datasette, request, DatasetteError(
+        f"{refused[1]} is a private table: no query may read it, not even a _where (its row count is public). "
+        f"The public tables are listed at {public}.", title="Forbidden", status=403))

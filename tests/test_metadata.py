@@ -131,6 +131,23 @@ def test_private_tables_are_unreadable_through_datasette(datasette):
     assert leak.status_code == 400 and "prohibited" in leak.json()["error"]
 
 
+def test_a_where_that_reads_a_private_table_is_a_403_saying_what_is_public(datasette):
+    """A `_where` is SQL too, and the authorizer refuses it, but Datasette's table view answered its
+    refusal with a 500 (sec_audit24 #5); it is the 403 a private table's own page answers, with
+    Datasette's JSON error (or its HTML page) saying what is refused and where the public tables are."""
+    for table in sorted(PRIVATE):
+        where = {"_where": f"exists(select * from {table})"}
+        refused = requests.get(f"{datasette}/site/pages.json", params=where, timeout=30)
+        assert refused.status_code == 403, (table, refused.text)
+        assert refused.json() == {"ok": False, "status": 403, "title": "Forbidden", "error": (
+            f"{table} is a private table: no query may read it, not even a _where (its row count is public). "
+            "The public tables are listed at /data/site.")}, refused.text
+        page = requests.get(f"{datasette}/site/pages", params=where, timeout=30)
+        assert page.status_code == 403 and f"{table} is a private table" in page.text
+    assert requests.get(f"{datasette}/site/pages.json", params={"_where": "exists(select * from photos)"},
+                        timeout=30).status_code == 200
+
+
 @pytest.mark.parametrize("query", ["select name, pgsize from dbstat", "select sum(payload) from dbstat",
                                    "select fts3_tokenizer('simple')", "select FTS3_TOKENIZER('zz', x'4141414141414141')"])
 def test_table_sizes_and_tokenizer_pointers_are_refused(datasette, query):
