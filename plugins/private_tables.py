@@ -8,9 +8,11 @@ answers "access ... is prohibited", whatever join or subquery it hides behind. C
 no column and stays allowed, so the database page still shows how many rows each table has.
 
 The same authorizer refuses, on every database, the `dbstat` table (the page counts and payload
-sizes of every table, private ones included) and the `fts3_tokenizer()` function, which this
-SQLite build enables: it returns a pointer into libsqlite3 (defeating address randomisation) and
-registers any bytes as a tokenizer's function pointer, one FTS3 table away from a call.
+sizes of every table, private ones included), the `pragma_database_list` table (the file's path on
+the server; Datasette's own `PRAGMA database_list` statement is not a read and still runs) and the
+`fts3_tokenizer()` function, which this SQLite build enables: it returns a pointer into
+libsqlite3 (defeating address randomisation) and registers any bytes as a tokenizer's function
+pointer, one FTS3 table away from a call.
 
 A refused read in a table page's `_where` is the 403 the private table's own page answers, with a
 sentence saying what is refused and where the public tables are: Datasette's table view let the
@@ -29,7 +31,7 @@ REFUSED_READ = re.compile(r"access to (.+)\.[^.]+ is prohibited")  # SQLite's wo
 @hookimpl
 def prepare_connection(conn, database, datasette):
     config = datasette.plugin_config("private-tables", database=database, fallback=False) or {}
-    private = {str(name).lower() for name in config.get("tables", [])} | {"dbstat"}
+    private = {str(name).lower() for name in config.get("tables", [])} | {"dbstat", "pragma_database_list"}
 
     def authorize(action, table, column, _schema, _trigger_or_view):
         if action == sqlite3.SQLITE_READ and column and (table or "").lower() in private:

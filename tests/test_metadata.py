@@ -148,9 +148,22 @@ def test_a_where_that_reads_a_private_table_is_a_403_saying_what_is_public(datas
                         timeout=30).status_code == 200
 
 
+@pytest.mark.parametrize("page", ["databases", "versions", "plugins", "threads"])
+def test_the_pages_describing_the_server_are_not_served(datasette, page):
+    """/-/databases named site.db's path on the server, /-/versions the software and its build,
+    /-/plugins every plugin and its hooks, /-/threads the threads (sec_audit24 #4)."""
+    for suffix in (".json", ""):
+        refused = requests.get(f"{datasette}/-/{page}{suffix}", timeout=30)
+        assert refused.status_code == 403 and "site.db" not in refused.text, (page, suffix, refused.text[:300])
+        assert "describes the server" in refused.text, (page, suffix)
+    assert refused.headers["Content-Type"].startswith("text/html")
+    assert requests.get(f"{datasette}/-/settings.json", timeout=30).json()["base_url"] == "/data/"
+
+
 @pytest.mark.parametrize("query", ["select name, pgsize from dbstat", "select sum(payload) from dbstat",
-                                   "select fts3_tokenizer('simple')", "select FTS3_TOKENIZER('zz', x'4141414141414141')"])
-def test_table_sizes_and_tokenizer_pointers_are_refused(datasette, query):
+                                   "select fts3_tokenizer('simple')", "select FTS3_TOKENIZER('zz', x'4141414141414141')",
+                                   "select file from pragma_database_list", "select * from Main.PRAGMA_DATABASE_LIST()"])
+def test_table_sizes_tokenizer_pointers_and_the_files_path_are_refused(datasette, query):
     refused = sql(datasette, query)
     assert refused.status_code == 400, refused.text
     assert "prohibited" in refused.json()["error"] or "not authorized" in refused.json()["error"], refused.text
