@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 import sys
-import time
 from contextlib import closing, nullcontext
 from urllib.parse import parse_qsl
 
 import bottle
 
-from siteapi import agentdocs, ask, botauth, db, openapi, pages, photos, resume, resume_pdf, serving
+from siteapi import agentdocs, ask, botauth, db, images, openapi, pages, photos, resume, resume_pdf, serving
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import markdown
 from siteapi.feeds import around, coffee, ledger, tracks
@@ -26,7 +24,7 @@ from siteapi.mcp import McpServer
 from siteapi.ratelimit import RateLimiter, lens_target_budget, lens_work_slots
 from siteapi.search import search_endpoint
 from siteapi.web import (DOC_CACHE, ERROR_CACHE, NO_STORE, ApiError, Reply, Site, body, cached_json, caller,
-                         etag_matches, header, params, served_range, wants_markdown, with_etag)
+                         header, params, wants_markdown, with_etag)
 
 
 RESUME_CACHE = "public, max-age=0, must-revalidate, s-maxage=86400"  # REFERENCE: all three resume forms
@@ -55,10 +53,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         return search_endpoint(conn(), params(), settings)
 
     def stored_resume() -> str:
-        row = conn().execute("SELECT body FROM site_files WHERE name = 'resume.json'").fetchone()
-        if row is None:
-            raise ApiError(404, "No resume is published yet.", code="not_found")
-        return row["body"]
+        return resume.stored(conn())
 
     def resume_as_json():
         return with_etag(Reply(stored_resume(), cache=RESUME_CACHE))
@@ -85,47 +80,6 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
 
     def photo_manifest():
         return cached_json(conn(), ("manifest",), lambda: photos.manifest(conn(), settings))
-
-    def image_file(path):
-        # Caddy serves /images/ in production; this serves the same files when the app runs alone.
-        # Originals come from images_dir/full/, the ingest job's copies of the published ones
-        # without private metadata, never from photos_dir. Normalised as static_file will, so that
-        # /images/./full/ is no way around originals_public.
-        path = os.path.normpath(path.strip("/\\"))
-        original = path.startswith("full/")
-        cache = photos.ORIGINAL_CACHE if original else None  # None: the route's THUMBNAIL_CACHE
-        if original and not settings.originals_public:
-            raise ApiError(404, "Originals are not published on this site.", code="not_found")
-        missing = ApiError(404, f"There is no image at {pages.shown_path(bottle.request.path)}.", code="not_found")
-        if not path.lower().endswith(photos.IMAGE_SUFFIXES):  # image types only, as at the edge
-            raise missing
-        # static_file reads If-Modified-Since; RFC 9110 has If-None-Match override it, and a date later
-        # than now is invalid (a client clock ahead must not be told its stale copy is current).
-        since = bottle.parse_date(header("If-Modified-Since") or "")
-        if header("If-None-Match") or (since and since > time.time()):
-            bottle.request.environ.pop("HTTP_IF_MODIFIED_SINCE", None)
-        try:
-            stat = (settings.images_dir / path).stat()
-        except OSError:
-            raise missing from None
-        etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
-        if (served := served_range(etag, stat.st_mtime)) is None:
-            bottle.request.environ.pop("HTTP_RANGE", None)
-        else:
-            bottle.request.environ["HTTP_RANGE"] = served
-        found = bottle.static_file(path, root=str(settings.images_dir), etag=False)  # Bottle's own ETag is unquoted
-        if found.status_code >= 400 and found.status_code != 416:
-            raise missing
-        if found.status_code == 416:
-            raise ApiError(416, f"The Range is not within the file's {stat.st_size} bytes; ask for bytes within "
-                           "them or send no Range.", code="range_not_satisfiable",
-                           headers={"Content-Range": f"bytes */{stat.st_size}"})
-        if etag_matches(etag):
-            return Reply(b"", status=304, headers={"ETag": etag}, cache=cache)
-        kept = ("Content-Length", "Last-Modified", "Accept-Ranges", "Content-Range")
-        return Reply(found.body, status=found.status_code, content_type=found.content_type,
-                     headers={"ETag": etag, **{k: v for k, v in found.headers.items() if k in kept}},
-                     cache=cache)
 
     # -- live feeds (stored by jobs.py, served from site.db) ----------------------------------------
     def now_playing():
@@ -259,7 +213,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
     R("/resume.pdf", resume_as_pdf)
     R("/photos/query.json", photo_query, error_cache=ERROR_CACHE)
     R("/images/manifest.json", photo_manifest, error_cache=ERROR_CACHE)
-    R("/images/<path:path>", image_file, cache=photos.THUMBNAIL_CACHE, may_not_exist=True)
+    R("/images/<path:path>", lambda path: images.serve_file(settings, path), cache=photos.THUMBNAIL_CACHE, may_not_exist=True)
     R("/rn/tracks", now_playing, cache="public, max-age=3600, s-maxage=3600", error_fields={"tracks": []},
       error_cache=ERROR_CACHE)
     R("/around/json", neighborhood, cache="public, max-age=60, s-maxage=300")

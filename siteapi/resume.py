@@ -6,7 +6,10 @@ type, and what is not text is left out rather than failing the page.
 """
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
+
+from siteapi.web import ApiError
 
 # JSON Resume 1.0.0 sections with (title key, subtitle key, detail key), in the order a reader expects.
 SECTIONS = (
@@ -20,6 +23,14 @@ SECTIONS = (
     ("references", "References", ("name", "", "reference")),
 )
 LINK_SCHEMES = ("https://", "http://", "mailto:")  # what a link may point at; other URLs stay text
+
+
+def stored(conn: sqlite3.Connection) -> str:
+    """The resume.json the content job stored, as the owner wrote it; a 404 when there is none."""
+    row = conn.execute("SELECT body FROM site_files WHERE name = 'resume.json'").fetchone()
+    if row is None:
+        raise ApiError(404, "No resume is published yet.", code="not_found")
+    return row["body"]
 
 
 @dataclass

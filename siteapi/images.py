@@ -1,0 +1,55 @@
+"""/images/ when the app runs without Caddy, which serves the same files in production: the
+thumbnails and the published originals the photos job writes to images_dir, with their validators,
+conditional requests and byte ranges.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import bottle
+
+from siteapi import pages, photos
+from siteapi.web import ApiError, Reply, etag_matches, header, served_range
+
+
+def serve_file(settings, path: str) -> Reply:
+    """The file at `path` under images_dir: its 200, 206 or 304, or a JSON 404 or 416."""
+    # Originals come from images_dir/full/, the ingest job's copies of the published ones
+    # without private metadata, never from photos_dir. Normalised as static_file will, so that
+    # /images/./full/ is no way around originals_public.
+    path = os.path.normpath(path.strip("/\\"))
+    original = path.startswith("full/")
+    cache = photos.ORIGINAL_CACHE if original else None  # None: the route's THUMBNAIL_CACHE
+    if original and not settings.originals_public:
+        raise ApiError(404, "Originals are not published on this site.", code="not_found")
+    missing = ApiError(404, f"There is no image at {pages.shown_path(bottle.request.path)}.", code="not_found")
+    if not path.lower().endswith(photos.IMAGE_SUFFIXES):  # image types only, as at the edge
+        raise missing
+    # static_file reads If-Modified-Since; RFC 9110 has If-None-Match override it, and a date later
+    # than now is invalid (a client clock ahead must not be told its stale copy is current).
+    since = bottle.parse_date(header("If-Modified-Since") or "")
+    if header("If-None-Match") or (since and since > time.time()):
+        bottle.request.environ.pop("HTTP_IF_MODIFIED_SINCE", None)
+    try:
+        stat = (settings.images_dir / path).stat()
+    except OSError:
+        raise missing from None
+    etag = f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+    if (served := served_range(etag, stat.st_mtime)) is None:
+        bottle.request.environ.pop("HTTP_RANGE", None)
+    else:
+        bottle.request.environ["HTTP_RANGE"] = served
+    found = bottle.static_file(path, root=str(settings.images_dir), etag=False)  # Bottle's own ETag is unquoted
+    if found.status_code >= 400 and found.status_code != 416:
+        raise missing
+    if found.status_code == 416:
+        raise ApiError(416, f"The Range is not within the file's {stat.st_size} bytes; ask for bytes within "
+                       "them or send no Range.", code="range_not_satisfiable",
+                       headers={"Content-Range": f"bytes */{stat.st_size}"})
+    if etag_matches(etag):
+        return Reply(b"", status=304, headers={"ETag": etag}, cache=cache)
+    kept = ("Content-Length", "Last-Modified", "Accept-Ranges", "Content-Range")
+    return Reply(found.body, status=found.status_code, content_type=found.content_type,
+                 headers={"ETag": etag, **{k: v for k, v in found.headers.items() if k in kept}},
+                 cache=cache)
