@@ -368,7 +368,7 @@ def figures(scores: np.ndarray, targets: np.ndarray, picked: np.ndarray) -> tupl
 def variants(settings, conn) -> None:
     """Score page-representation variants on the evaluation set, whole and by half, and on the
     development set when there is one; print a table and which variant each protocol picks."""
-    model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
+    model = ranker.model_for(settings)
     pages = conn.execute("SELECT path, title, description, text FROM pages ORDER BY path").fetchall()
     paths = [p["path"] for p in pages]
     words = {p["path"]: content_words(f"{p['title']} {p['description']} {p['text']}") for p in pages}

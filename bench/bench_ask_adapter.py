@@ -59,7 +59,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         settings, conn = scratch_site(Path(folder))
         matrix = ranker.page_matrix(conn)
-        model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
+        model = ranker.model_for(settings)
         sets = {}
         for name, path in (("development", DEV), ("evaluation", EVAL), ("test", TEST)):
             items = json.loads(path.read_text(encoding="utf-8"))["questions"]

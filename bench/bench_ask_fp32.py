@@ -70,7 +70,7 @@ def compare(torch_python: str) -> None:
         subprocess.run([torch_python, __file__, "--embed", str(Path(folder) / "texts.json"), str(Path(folder) / "fp32.npy")],
                        check=True)
         fp32 = np.load(Path(folder) / "fp32.npy")
-        model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
+        model = ranker.model_for(settings)
         int8 = np.stack([model.embed([t])[0] for t in texts])
 
     def figures(vectors):

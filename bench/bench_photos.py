@@ -96,7 +96,7 @@ def bench_query(tmp: Path) -> None:
     conn = db.connect(settings.db_path)
     conn.isolation_level = None
     conn.executescript(photos.SCHEMA)
-    model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
+    model = ranker.model_for(settings)
     if model is None:
         sys.exit("The /ask model is missing from models/; the photo query bench needs it for caption vectors.")
     fill(conn, ROWS, model)

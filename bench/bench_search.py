@@ -60,7 +60,7 @@ def main(seconds: int = 10) -> str:
                    check=True, capture_output=True)
     settings = load_settings()
     with closing(db.writer(tmp / "site.db")) as conn:
-        bench_photos.fill(conn, bench_photos.ROWS, ranker.load_model(ranker.RankerSettings.from_settings(settings)))
+        bench_photos.fill(conn, bench_photos.ROWS, ranker.model_for(settings))
     ports = [free_port() for _ in range(3)]
     app, ceiling, data = (f"http://127.0.0.1:{port}" for port in ports)
     searches, photo_queries = varied_queries()

@@ -30,7 +30,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         settings, conn = scratch_site(Path(folder))
         matrix = ranker.page_matrix(conn)
-        model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
+        model = ranker.model_for(settings)
         data = json.loads(DEV.read_text(encoding="utf-8"))
         answerable = np.stack([matrix.similarity(model.embed([q["q"]])[0]) for q in data["questions"]])
         unanswerable = np.stack([matrix.similarity(model.embed([q])[0]) for q in data["unanswerable"]])

@@ -308,7 +308,7 @@ def query(conn: sqlite3.Connection, settings, params: dict) -> dict:
         order = np.flatnonzero(candidates)
     else:
         def model() -> ranker.Model | None:  # loaded only when a term needs it
-            return ranker.load_model(ranker.RankerSettings.from_settings(settings))
+            return ranker.model_for(settings)
 
         order, scores, matched_by_term = _rank(index, candidates, terms, ranking, model)
     page = [int(i) for i in order[offset:offset + limit]]

@@ -211,6 +211,11 @@ def _files_state(key: tuple[Path, Path]) -> tuple | None:
         return None
 
 
+def model_for(settings) -> Model | None:
+    """The process's model for the [ask] files `settings` name (load_model)."""
+    return load_model(RankerSettings.from_settings(settings))
+
+
 def load_model(config: RankerSettings) -> Model | None:
     """The process's model for these files, loaded on first use; None when it cannot be loaded
     (missing or unreadable file), so callers fall back instead of failing. A failed load is tried
@@ -274,7 +279,7 @@ def missing_vectors(conn: sqlite3.Connection, pages: list, settings=None) -> Emb
     """Vectors for the `pages` (rows with path, hash, title, description, text: what `pages` will
     hold) that `page_vectors` lacks (or holds damaged), embedded now, outside any transaction.
     None without a model: nothing is to change (the app then ranks lexically)."""
-    model = load_model(RankerSettings.from_settings(settings))
+    model = model_for(settings)
     if model is None:
         return None
     stored = {r["path"]: (r["hash"], r["model"]) for r in conn.execute("SELECT path, hash, model, vector FROM page_vectors")

@@ -610,7 +610,7 @@ def test_a_page_the_model_fails_on_goes_without_a_vector_and_the_others_are_writ
         write_page(tmp_path / "content", name, *page)
     settings = load_settings(write_site(tmp_path))
     run_content(settings)
-    model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
+    model = ranker.model_for(settings)
     marker = model.tokenizer.encode("quokka", add_special_tokens=False).ids[0]
     session_run = type(model.session).run
 

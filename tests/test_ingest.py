@@ -304,7 +304,7 @@ def test_caption_vectors_follow_the_photos_and_need_the_model(tmp_path):
     table = rows(settings)
     assert generation != first and set(stored) == {row["sha256"] for row in table.values() if row["alt"]}
     assert len(stored) == 4
-    model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
+    model = ranker.model_for(settings)
     for row in table.values():
         name, blob = stored[row["sha256"]]
         vector = np.frombuffer(blob, dtype=np.float32)

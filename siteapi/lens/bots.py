@@ -150,7 +150,7 @@ def wall_check(rows: list[tuple[dict, str]], settings) -> str:
     name = model_name()
     try:
         from .. import ranker
-        model = ranker.load_model(ranker.RankerSettings.from_settings(settings))
+        model = ranker.model_for(settings)
         if model is None:
             raise RuntimeError("the embedding model could not be loaded")
         walls, others = _exemplar_vectors(model)
