@@ -96,6 +96,14 @@ class WatchedConnection:
         return sock
 
 
+class WatchedHTTPConnection(WatchedConnection, urllib3.connection.HTTPConnection):
+    pass
+
+
+class WatchedHTTPSConnection(WatchedConnection, urllib3.connection.HTTPSConnection):
+    pass
+
+
 def _connect(new_conn, connected: concurrent.futures.Future) -> None:
     """Settle `connected` with what `new_conn()` returns or raises; close a socket come too late."""
     try:

@@ -22,7 +22,7 @@ import requests
 import urllib3
 
 from siteapi import config
-from siteapi.watchdog import WatchedConnection, watch_current, watching
+from siteapi.watchdog import WatchedHTTPConnection, WatchedHTTPSConnection, watch_current, watching
 
 
 class FeedError(RuntimeError):
@@ -53,14 +53,6 @@ def read_capped(response, max_bytes: int, deadline: float, what: str) -> tuple[b
     return b"".join(chunks), False
 
 
-class _WatchedHTTPConnection(WatchedConnection, urllib3.connection.HTTPConnection):
-    pass
-
-
-class _WatchedHTTPSConnection(WatchedConnection, urllib3.connection.HTTPSConnection):
-    pass
-
-
 class _WatchedPool:
     def _get_conn(self, timeout=None):
         conn = super()._get_conn(timeout)
@@ -69,11 +61,11 @@ class _WatchedPool:
 
 
 class _WatchedHTTPPool(_WatchedPool, urllib3.HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
+    ConnectionCls = WatchedHTTPConnection
 
 
 class _WatchedHTTPSPool(_WatchedPool, urllib3.HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
+    ConnectionCls = WatchedHTTPSConnection
 
 
 _WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}

@@ -42,14 +42,13 @@ import certifi
 import idna
 import urllib3
 import zstandard
-from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import (ConnectTimeoutError, HTTPError, NameResolutionError, NewConnectionError,
                                 ProtocolError, ReadTimeoutError, SSLError)
 
 from siteapi.botauth import BotSigner, signer_for
 from siteapi.config import option
 from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
-from siteapi.watchdog import WatchedConnection, Watchdog, watching
+from siteapi.watchdog import WatchedHTTPConnection, WatchedHTTPSConnection, Watchdog, watching
 
 USER_AGENT = PRODUCT_USER_AGENT  # the bot's one identity lives in the crawler registry
 CHROME_UA = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -401,11 +400,11 @@ class _FinalResponse(HTTPResponse):
             parse_headers(self.fp)  # the interim answer's headers
 
 
-class _WatchedHTTPConnection(WatchedConnection, HTTPConnection):
+class _WatchedHTTPConnection(WatchedHTTPConnection):
     response_class = _FinalResponse
 
 
-class _WatchedHTTPSConnection(WatchedConnection, HTTPSConnection):
+class _WatchedHTTPSConnection(WatchedHTTPSConnection):
     response_class = _FinalResponse
 
 
