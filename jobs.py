@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sqlite3
 import sys
@@ -47,7 +48,6 @@ from siteapi.lens.cache import run_cache_purge
 from siteapi.lens.vault import run_snapshot_purge
 
 log = logging.getLogger("jobs")
-EX_TEMPFAIL = 75  # sysexits.h: `jobs.py run` found its job already running; try again later
 LATE_AFTER = timedelta(minutes=5)  # past its next fire time, a job with no run recorded is late (status)
 
 
@@ -316,7 +316,7 @@ def main(argv: list[str], **seams) -> int:
     if argv[0] == "run" and len(argv) == 2 and argv[1] in JOBS:
         ok, summary = run_job(settings, argv[1], **seams)
         print(f"{argv[1]}: {'ok' if ok else 'not run' if ok is None else 'FAILED'}: {summary}")
-        return 0 if ok else EX_TEMPFAIL if ok is None else 1
+        return 0 if ok else os.EX_TEMPFAIL if ok is None else 1
     print(f"usage: python jobs.py [list | status | run {'|'.join(JOBS)}]", file=sys.stderr)
     return 2
 

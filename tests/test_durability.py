@@ -560,7 +560,7 @@ def test_a_job_runs_in_one_process_at_a_time_and_a_killed_runs_half_file_goes(tm
     first = site.start_paused("photos", PAUSE_WRITE=f"{site.images}/.")
     try:
         second = site.run("photos")  # by hand beside the scheduler's run: not run, to try again later
-        assert second.returncode == jobs.EX_TEMPFAIL and "Traceback" not in second.stdout + second.stderr
+        assert second.returncode == os.EX_TEMPFAIL and "Traceback" not in second.stdout + second.stderr
         assert "photos: not run: photos is already running" in second.stdout
         assert site.query("SELECT count(*) FROM job_runs WHERE name = 'photos'") == [(2,)]  # the second left no row
         assert ok(site.run("ledger"))  # another job is not held up
