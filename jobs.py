@@ -63,7 +63,7 @@ JOBS: dict[str, Job] = {
     "photos": Job(run_photos, {"trigger": "interval", "minutes": 15},
                   "ingest new, changed and deleted originals: metadata, recipe cards, thumbnails"),
     "census": Job(run_census, {"trigger": "cron", "day_of_week": "mon", "hour": 8, "minute": 17, "timezone": "UTC"},
-                  "inspect the 16-site roster with the lens (no bot views); one row per site"),
+                  "inspect the `[lens] census_roster` with the lens (no bot views); one row per site"),
     "tracks": Job(run_tracks, {"trigger": "cron", "minute": 7, "timezone": "UTC"}, "the owner's playlist from the music service"),
     "around": Job(run_around, {"trigger": "cron", "hour": 5, "minute": 41, "timezone": "UTC"},
                   "crawl the venture-firm homepages; record changes"),
