@@ -150,8 +150,7 @@ def overdue(conn, name: str, trigger: CronTrigger, now: datetime) -> bool:
 
 
 def schedule(settings: Settings) -> int:
-    from apscheduler.schedulers.blocking import BlockingScheduler
-
+    """Run the scheduler until Ctrl-C or SIGTERM; 1 when another one already runs site.db's jobs."""
     try:
         lock = db.try_lock(db.lock_path(settings.db_path, "scheduler"))
     except OSError as exc:
@@ -162,94 +161,115 @@ def schedule(settings: Settings) -> int:
               "site-jobs.service); stop it first, or use `python jobs.py run NAME` for one run.", file=sys.stderr)
         return 1
     with lock:
-        scheduler = BlockingScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 300})
-        now = datetime.now(timezone.utc)
-        triggers = {name: build_trigger(job.trigger) for name, job in JOBS.items()}
+        Scheduler(settings).run()
+    return 0
+
+
+class Scheduler:
+    """Every job on its trigger, for one site.db: the overdue ones and the interval ones at start,
+    every one at once when a run leaves site.db a new file, and the runs under way let finish on a stop."""
+
+    def __init__(self, settings: Settings):
+        from apscheduler.schedulers.blocking import BlockingScheduler
+
+        self.settings = settings
+        self.apscheduler = BlockingScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 300})
         # Held open for the scheduler's life: a reader that may not write site.db's folder (Datasette
         # under ReadOnlyPaths) can open the WAL database only while its -shm exists, and SQLite removes
         # that with the last connection; Datasette would then fail to start at all.
-        keeper = None
+        self.keeper: sqlite3.Connection | None = None
+        self.watched = None  # site.db's identity (device, inode) when last looked at
+        self.watch_lock = threading.Lock()
+        self.stopping, self.under_way = threading.Event(), threading.Condition()
+        self.running: set[str] = set()
+
+    def run(self) -> None:
+        """Add every job, start, and return once stopped and the runs under way have ended."""
+        now = datetime.now(timezone.utc)
+        triggers = {name: build_trigger(job.trigger) for name, job in JOBS.items()}
         try:
-            keeper = db.writer(settings.db_path)
+            self.keeper = db.writer(self.settings.db_path)
             late = {name for name, trigger in triggers.items()
-                    if isinstance(trigger, CronTrigger) and overdue(keeper, name, trigger, now)}
+                    if isinstance(trigger, CronTrigger) and overdue(self.keeper, name, trigger, now)}
         except (sqlite3.Error, OSError) as exc:  # every job runs now, and fails with this sentence until it is fixed
-            log.error("%s", db.storage_problem(settings.db_path, exc))
+            log.error("%s", db.storage_problem(self.settings.db_path, exc))
             late = set(JOBS)
-        watched = db.identity_of(settings.db_path)
-        watch_lock = threading.Lock()
-        stopping, under_way = threading.Event(), threading.Condition()
-        running: set[str] = set()
-
-        def run_scheduled(name: str) -> None:
-            """One scheduled run, counted while under way so a stop can let it finish."""
-            with under_way:
-                if stopping.is_set():
-                    return
-                running.add(name)
-            try:
-                run_and_watch(name)
-            finally:
-                with under_way:
-                    running.discard(name)
-                    under_way.notify_all()
-
-        def run_and_watch(name: str) -> None:
-            """One run, logged in the scheduler's words. A site.db that is a new file after it
-            (rebuilt where it was missing or emptied) has every job run at once, rather than at
-            their next times (the census a week away), and the -shm keeper moves to it."""
-            nonlocal keeper, watched
-            ok, summary = run_job(settings, name)
-            if ok:
-                log.info("job %s: %s", name, summary)
-            with watch_lock:
-                current = db.identity_of(settings.db_path)
-                if current is None or current == watched:
-                    return
-                first, watched = watched is None, current
-                if first:  # built by this start's first runs, which are every job's anyway
-                    return
-                log.warning("site.db at %s is a new file: every job runs now to fill it", settings.db_path)
-                for other in JOBS:
-                    if other != name:
-                        scheduler.modify_job(other, next_run_time=datetime.now(timezone.utc))
-                with contextlib.suppress(sqlite3.Error, OSError):
-                    fresh = db.writer(settings.db_path)
-                    if keeper is not None:
-                        keeper.close()
-                    keeper = fresh
-
-        for name, trigger in triggers.items():
-            # Interval jobs also run once at start, so a deploy never serves data an interval old.
-            at_start = isinstance(trigger, IntervalTrigger) or name in late
-            scheduler.add_job(run_scheduled, trigger, args=(name,), id=name, name=name,
-                              **({"next_run_time": now} if at_start else {}))
-            if at_start:
-                log.info("%s runs now, then %s", name, trigger)
-        log.info("scheduling %s", ", ".join(JOBS))
-        # run_scheduled says how each run went; APScheduler's "executed successfully" followed failures too
-        logging.getLogger("apscheduler.executors.default").setLevel(logging.WARNING)
-
-        def stop(signum, frame) -> None:
-            """SIGTERM (systemctl stop, a deploy, `make run` ending): no new run starts, and the runs
-            under way finish and are recorded, rather than being cut off and closed as failed later."""
-            stopping.set()
-            with contextlib.suppress(Exception):  # already stopping
-                scheduler.shutdown(wait=False)
-        signal.signal(signal.SIGTERM, stop)
+        self.watched = db.identity_of(self.settings.db_path)
+        self._add_jobs(triggers, late, now)
+        signal.signal(signal.SIGTERM, self._stop)
         try:
-            scheduler.start()
+            self.apscheduler.start()
         except (KeyboardInterrupt, SystemExit):
             pass
         finally:
-            stopping.set()
-            with under_way:
-                if running:
-                    log.info("stopping once the runs under way end: %s", ", ".join(sorted(running)))
-                under_way.wait_for(lambda: not running)
-            if keeper is not None:
-                keeper.close()
-    return 0
+            self._drain()
+
+    def _add_jobs(self, triggers: dict, late: set[str], now: datetime) -> None:
+        for name, trigger in triggers.items():
+            # Interval jobs also run once at start, so a deploy never serves data an interval old.
+            at_start = isinstance(trigger, IntervalTrigger) or name in late
+            self.apscheduler.add_job(self._run_scheduled, trigger, args=(name,), id=name, name=name,
+                                     **({"next_run_time": now} if at_start else {}))
+            if at_start:
+                log.info("%s runs now, then %s", name, trigger)
+        log.info("scheduling %s", ", ".join(JOBS))
+        # _run_scheduled says how each run went; APScheduler's "executed successfully" followed failures too
+        logging.getLogger("apscheduler.executors.default").setLevel(logging.WARNING)
+
+    def _run_scheduled(self, name: str) -> None:
+        """One scheduled run, counted while under way so a stop can let it finish."""
+        with self.under_way:
+            if self.stopping.is_set():
+                return
+            self.running.add(name)
+        try:
+            ok, summary = run_job(self.settings, name)
+            if ok:
+                log.info("job %s: %s", name, summary)
+            self._follow_a_new_file(name)
+        finally:
+            with self.under_way:
+                self.running.discard(name)
+                self.under_way.notify_all()
+
+    def _follow_a_new_file(self, ran: str) -> None:
+        """A site.db that is a new file after the run of `ran` (rebuilt where it was missing or
+        emptied) has every other job run at once, rather than at their next times (the census a
+        week away), and the -shm keeper moves to it."""
+        with self.watch_lock:
+            current = db.identity_of(self.settings.db_path)
+            if current is None or current == self.watched:
+                return
+            first, self.watched = self.watched is None, current
+            if first:  # built by this start's first runs, which are every job's anyway
+                return
+            log.warning("site.db at %s is a new file: every job runs now to fill it", self.settings.db_path)
+            for other in JOBS:
+                if other != ran:
+                    self.apscheduler.modify_job(other, next_run_time=datetime.now(timezone.utc))
+            with contextlib.suppress(sqlite3.Error, OSError):
+                fresh = db.writer(self.settings.db_path)
+                if self.keeper is not None:
+                    self.keeper.close()
+                self.keeper = fresh
+
+    def _stop(self, signum, frame) -> None:
+        """SIGTERM (systemctl stop, a deploy, `make run` ending): no new run starts, and the runs
+        under way finish and are recorded, rather than being cut off and closed as failed later."""
+        self.stopping.set()
+        with contextlib.suppress(Exception):  # already stopping
+            self.apscheduler.shutdown(wait=False)
+
+    def _drain(self) -> None:
+        """Wait for the runs under way, then let go of site.db."""
+        self.stopping.set()
+        with self.under_way:
+            if self.running:
+                log.info("stopping once the runs under way end: %s", ", ".join(sorted(self.running)))
+            self.under_way.wait_for(lambda: not self.running)
+        if self.keeper is not None:
+            self.keeper.close()
 
 
 def status(settings: Settings) -> int:
