@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from PIL import Image, ImageOps
 from tqdm import tqdm
 
 from siteapi import db, ranker
+from siteapi.config import Settings
 from siteapi.exif import EXTRACTOR, EXTRACTOR_VERSION, PhotoError, public_original, read_metadata, recipe_text
 
 log = logging.getLogger(__name__)
@@ -149,8 +151,8 @@ def make_thumbnails(data: bytes, stem: str, out_dir: Path) -> dict[str, str]:
 
 
 def _stage_copy(full_dir: Path, name: str, payload: bytes) -> Path:
-    """Write a public copy to a temporary file beside its final name; run_photos renames it into
-    place just before its transaction (keeping the copy it replaces aside until the commit)."""
+    """Write a public copy to a temporary file beside its final name; _publish_copies renames it into
+    place just before the transaction (keeping the copy it replaces aside until the commit)."""
     full_dir.mkdir(parents=True, exist_ok=True)
     temp = full_dir / f".{name}.tmp"
     db.write_synced(temp, payload)
@@ -265,7 +267,7 @@ def _shown_name(path: Path) -> str:
     return os.fsencode(path.name).decode("utf-8", "backslashreplace")
 
 
-def run_photos(settings) -> str:
+def run_photos(settings: Settings) -> str:
     """Ingest `settings.photos_dir` into the `photos` table and `settings.images_dir`; returns the summary.
 
     Raises RuntimeError when the originals folder is missing, or holds no JPEG while the archive
@@ -275,152 +277,236 @@ def run_photos(settings) -> str:
     if not folder.is_dir():
         raise RuntimeError(f"The photos folder {folder} does not exist; set photos_dir in site.toml "
                            f"(or run `python -m siteapi.demo_photos {folder}` for the demo set).")
-    images_dir = Path(settings.images_dir)
-    full_dir = images_dir / FULL_DIR
+    full_dir = Path(settings.images_dir) / FULL_DIR
     started = time.time()
     conn = db.writer(settings.db_path)
     try:
         existing = {row["stem"]: row for row in conn.execute("SELECT * FROM photos")}
         published_before = {old["file_name"] for old in existing.values()} if settings.originals_public else set()
         _delete_unpublished(full_dir, published_before)  # what a run killed after its commit left public
-        listed = [p for p in folder.iterdir() if not p.name.startswith(".")]
-        # Of two files with one stem (dup.jpg, dup.JPG), the one published keeps its place.
-        entries = sorted((p for p in listed if p.is_file()),
-                         key=lambda p: (p.stem, p.name != existing.get(p.stem, {"file_name": p.name})["file_name"], p.name))
-        jpeg_stems = {p.stem for p in entries if p.suffix.lower() in JPEG_SUFFIXES}
-        if existing and not jpeg_stems and not (folder / EMPTY_MARKER).exists():
-            raise RuntimeError(f"The photos folder {folder} holds no .jpg or .jpeg file while the archive has "
-                               f"{len(existing)} photos, so nothing was changed: is the drive that holds the "
-                               f"originals mounted? To empty the archive on purpose, create a file named "
-                               f"{EMPTY_MARKER} in that folder and run the job again.")
-        report, rows, touched, seen = IngestReport(), [], [], set()
-        report.folders = sorted(_shown_name(p) + "/" for p in listed if p.is_dir())
-        written: set[str] = set()
-        copies: dict[str, Path] = {}  # public copy name → its staged file, renamed before the commit
-        kept_aside: dict[str, Path] = {}  # a replaced copy's previous file, put back if the commit fails
-        now = db.now_iso()
+        entries, jpeg_stems, folders = _list_originals(folder, existing)
+        run = _Run(settings, existing, started, db.now_iso(), IngestReport(folders=folders))
         try:
-            for path in tqdm(entries, desc="photos", unit="file", disable=None):
-                shown = _shown_name(path)
-                if path.suffix.lower() not in JPEG_SUFFIXES:
-                    if not (path.suffix.lower() == ".txt" and path.stem in jpeg_stems):
-                        report.skipped.append(shown)
-                    continue
-                if shown != path.name:
-                    log.warning("failed %s: the file name is not valid UTF-8", shown)
-                    report.failed.append((shown, "the file name is not valid UTF-8 (rename the file)"))
-                    continue
-                if path.stem in seen:
-                    report.failed.append((path.name, f"another file already has the name {path.stem}"))
-                    continue
-                seen.add(path.stem)
-                old = existing.get(path.stem)
-                sidecar = path.with_suffix(".txt")
-                row, data = None, None
-                try:
-                    stat_key = _stat_key(path, sidecar)
-                    # a thumbnail lost since (images_dir emptied, moved, not in a backup) is made again
-                    current = (old is not None and old["extractor_version"] == EXTRACTOR_VERSION
-                               and all((images_dir / name).is_file() for name in _thumb_names(old)))
-                    if not (current and old["stat_key"] == stat_key and old["file_name"] == path.name):
-                        data = path.read_bytes()
-                        sidecar_bytes = sidecar.read_bytes() if sidecar.exists() else b""
-                        digest = hashlib.sha256(data)
-                        if sidecar_bytes:
-                            digest.update(b"\0sidecar\0" + sidecar_bytes)
-                        content_hash = digest.hexdigest()
-                        if current and old["sha256"] == content_hash and old["file_name"] == path.name:
-                            touched.append((stat_key, path.stem))
-                        else:
-                            sidecar_text = sidecar_bytes.decode("utf-8-sig", "replace") if sidecar_bytes else None
-                            row = build_row(path, data, sidecar_text, content_hash, stat_key, images_dir,
-                                            old["uploaded"] if old else now, now)
-                            if old is not None and all(row[c] == old[c] for c in PHOTO_COLUMNS
-                                                       if c not in ("updated", "stat_key")):
-                                report.thumbnails.append(path.stem)  # its row and public copy stay as they are
-                                touched.append((stat_key, path.stem))  # (an original restored with a new mtime)
-                                row = None
-                            else:
-                                written |= _thumb_names(row)
-                    if settings.originals_public and (row or not _copy_is_current(path, full_dir / path.name)):
-                        copy = public_original(data if data is not None else path.read_bytes())
-                        copies[path.name] = _stage_copy(full_dir, path.name, copy)
-                except PhotoError as exc:
-                    log.warning("failed %s: %s", path.name, exc)
-                    report.failed.append((path.name, str(exc)))
-                    continue
-                except OSError as exc:
-                    if exc.errno in OUR_DISK_FAULTS:  # no fault of this photo: the run fails, the archive stays
-                        raise
-                    log.warning("failed %s: %s", path.name, exc.strerror or exc)
-                    report.failed.append((path.name, f"cannot read ({exc.strerror or exc})"))
-                    continue
-                except Exception as exc:  # a file no rule foresaw fails alone, never the archive
-                    log.warning("failed %s: %s: %s", path.name, type(exc).__name__, exc, exc_info=True)
-                    report.failed.append((path.name, f"cannot be read ({type(exc).__name__}: {exc})"))
-                    continue
-                if row:
-                    rows.append(row)
-                    (report.updated if old else report.added).append(path.stem)
-            if report.skipped or report.folders:
-                log.warning("skipped (only the folder's own .jpg and .jpeg files are ingested): %s",
-                            _named(report.skipped + report.folders))
-            gone = [stem for stem in existing if stem not in seen]
-            report.removed = gone
-            written_stems = {row["stem"] for row in rows}
-            kept = [old for stem, old in existing.items() if stem in seen and stem not in written_stems]
-            vectors = caption_vectors(settings, conn, rows, kept)
-            referenced = _all_referenced(rows + kept)
-            superseded = _all_referenced(existing[stem] for stem in written_stems if stem in existing) - referenced
-            # Before the commit, so that no row is served before its public copy, and a run killed
-            # after the commit leaves the replaced thumbnails dated for the sweep's grace.
-            for name in superseded:
-                with contextlib.suppress(FileNotFoundError):
-                    os.utime(images_dir / name)
-            for name, temp in copies.items():
-                if (full_dir / name).exists():
-                    aside = full_dir / f".{name}.prev.tmp"
-                    aside.unlink(missing_ok=True)
-                    os.link(full_dir / name, aside)
-                    kept_aside[name] = aside
-                db.replace_synced(temp, full_dir / name)
-            placeholders = ", ".join("?" for _ in PHOTO_COLUMNS)
-            with db.transaction(conn):
-                conn.executemany(
-                    f"INSERT OR REPLACE INTO photos ({', '.join(PHOTO_COLUMNS)}) VALUES ({placeholders})",
-                    [tuple(row[c] for c in PHOTO_COLUMNS) for row in rows])
-                conn.executemany("UPDATE photos SET stat_key = ? WHERE stem = ?", touched)
-                conn.executemany("DELETE FROM photos WHERE stem = ?", [(stem,) for stem in gone])
-                # A rewritten photo's old vector may describe an old caption; without a model it stays unset.
-                changes = conn.total_changes
-                conn.executemany("DELETE FROM photo_vectors WHERE sha256 = ?", [(row["sha256"],) for row in rows])
-                conn.executemany("INSERT OR REPLACE INTO photo_vectors (sha256, model, vector) VALUES (?, ?, ?)",
-                                 [(sha, ranker.MODEL_NAME, blob) for sha, blob in vectors])
-                conn.execute("DELETE FROM photo_vectors WHERE sha256 NOT IN "
-                             "(SELECT sha256 FROM photos WHERE alt IS NOT NULL)")
-                if rows or gone or conn.total_changes != changes:
-                    conn.execute("INSERT INTO photos_state (id, generation) VALUES (1, random()) "
-                                 "ON CONFLICT (id) DO UPDATE SET generation = excluded.generation")
+            _ingest_files(run, entries, jpeg_stems)
+            gone = run.report.removed = [stem for stem in existing if stem not in run.seen]
+            referenced = _publish_and_commit(conn, run, gone)
         except BaseException:
-            _delete_files(images_dir, written - _all_referenced(existing.values()))
-            _delete_files(full_dir, {temp.name for temp in copies.values()})
-            for name, aside in kept_aside.items():
-                db.replace_synced(aside, full_dir / name)
-            _delete_unpublished(full_dir, published_before)
+            _undo_files(run, published_before)
             raise
-        # Thumbnails of removed photos, and those written for a file that then failed, go now;
-        # those of replaced photos were marked with the time of their replacement and are swept later.
-        _delete_files(images_dir, (written | _all_referenced(existing[stem] for stem in gone)) - referenced)
-        if images_dir.is_dir():
-            _sweep_superseded(images_dir, referenced)
-        _delete_unpublished(full_dir, {r[0] for r in conn.execute("SELECT file_name FROM photos")}
-                            if settings.originals_public else set())
-        _delete_files(full_dir, {aside.name for aside in kept_aside.values()})
-        for place in (images_dir, full_dir):
-            _delete_stale_temps(place, started)
-        return report.summary()
+        _clean_after_commit(conn, run, gone, referenced)
+        return run.report.summary()
     finally:
         conn.close()
+
+
+@dataclass
+class _Run:
+    """One run's state, handed from stage to stage: what the files say to write, and the files
+    written ahead of the commit, which a run that fails takes back."""
+    settings: Settings
+    existing: dict[str, sqlite3.Row]  # stem → the photo's row before this run
+    started: float  # time.time() at the start: older temporary files are a killed run's
+    now: str
+    report: IngestReport
+    seen: set[str] = field(default_factory=set)  # the stems of the JPEGs read
+    rows: list[dict] = field(default_factory=list)  # new and changed photos
+    touched: list[tuple[str, str]] = field(default_factory=list)  # (stat_key, stem) of photos whose row stays
+    written: set[str] = field(default_factory=set)  # the thumbnails made for new and changed photos
+    # public copy name → its staged file, renamed into place before the commit
+    copies: dict[str, Path] = field(default_factory=dict)
+    # public copy name → the copy it replaced, put back if the commit fails
+    kept_aside: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def images_dir(self) -> Path:
+        return Path(self.settings.images_dir)
+
+    @property
+    def full_dir(self) -> Path:
+        return self.images_dir / FULL_DIR
+
+
+def _list_originals(folder: Path, existing: dict) -> tuple[list[Path], set[str], list[str]]:
+    """The folder's files in the order they are ingested, the stems of its JPEGs, and its subfolders
+    (as shown names: they are not read). Raises RuntimeError when it holds no JPEG while the archive
+    has photos, unless it holds EMPTY_MARKER."""
+    listed = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    # Of two files with one stem (dup.jpg, dup.JPG), the one published keeps its place.
+    entries = sorted((p for p in listed if p.is_file()),
+                     key=lambda p: (p.stem, p.name != existing.get(p.stem, {"file_name": p.name})["file_name"], p.name))
+    jpeg_stems = {p.stem for p in entries if p.suffix.lower() in JPEG_SUFFIXES}
+    if existing and not jpeg_stems and not (folder / EMPTY_MARKER).exists():
+        raise RuntimeError(f"The photos folder {folder} holds no .jpg or .jpeg file while the archive has "
+                           f"{len(existing)} photos, so nothing was changed: is the drive that holds the "
+                           f"originals mounted? To empty the archive on purpose, create a file named "
+                           f"{EMPTY_MARKER} in that folder and run the job again.")
+    return entries, jpeg_stems, sorted(_shown_name(p) + "/" for p in listed if p.is_dir())
+
+
+def _ingest_files(run: _Run, entries: list[Path], jpeg_stems: set[str]) -> None:
+    """Ingest the folder's JPEGs one by one into `run`; the other files are reported as skipped (a
+    JPEG's .txt sidecar aside), a name that is not UTF-8 or is a second file's stem as failed."""
+    report = run.report
+    for path in tqdm(entries, desc="photos", unit="file", disable=None):
+        shown = _shown_name(path)
+        if path.suffix.lower() not in JPEG_SUFFIXES:
+            if not (path.suffix.lower() == ".txt" and path.stem in jpeg_stems):
+                report.skipped.append(shown)
+        elif shown != path.name:
+            log.warning("failed %s: the file name is not valid UTF-8", shown)
+            report.failed.append((shown, "the file name is not valid UTF-8 (rename the file)"))
+        elif path.stem in run.seen:
+            report.failed.append((path.name, f"another file already has the name {path.stem}"))
+        else:
+            run.seen.add(path.stem)
+            _ingest_or_report(run, path)
+    if report.skipped or report.folders:
+        log.warning("skipped (only the folder's own .jpg and .jpeg files are ingested): %s",
+                    _named(report.skipped + report.folders))
+
+
+def _ingest_or_report(run: _Run, path: Path) -> None:
+    """Ingest one JPEG into `run`; a file that cannot be read fails alone, named in the report."""
+    old = run.existing.get(path.stem)
+    try:
+        row = _ingest_one(run, path, old)
+    except PhotoError as exc:
+        log.warning("failed %s: %s", path.name, exc)
+        run.report.failed.append((path.name, str(exc)))
+        return
+    except OSError as exc:
+        if exc.errno in OUR_DISK_FAULTS:  # no fault of this photo: the run fails, the archive stays
+            raise
+        log.warning("failed %s: %s", path.name, exc.strerror or exc)
+        run.report.failed.append((path.name, f"cannot read ({exc.strerror or exc})"))
+        return
+    except Exception as exc:  # a file no rule foresaw fails alone, never the archive
+        log.warning("failed %s: %s: %s", path.name, type(exc).__name__, exc, exc_info=True)
+        run.report.failed.append((path.name, f"cannot be read ({type(exc).__name__}: {exc})"))
+        return
+    if row:
+        run.rows.append(row)
+        (run.report.updated if old else run.report.added).append(path.stem)
+
+
+def _ingest_one(run: _Run, path: Path, old: sqlite3.Row | None) -> dict | None:
+    """The row of a JPEG new or changed (its thumbnails written), or None when its row stays; its
+    public copy is staged when it has none written since the file was. Raises what reading raises."""
+    sidecar = path.with_suffix(".txt")
+    stat_key = _stat_key(path, sidecar)
+    # a thumbnail lost since (images_dir emptied, moved, not in a backup) is made again
+    current = (old is not None and old["extractor_version"] == EXTRACTOR_VERSION
+               and all((run.images_dir / name).is_file() for name in _thumb_names(old)))
+    row, data = None, None
+    if not (current and old["stat_key"] == stat_key and old["file_name"] == path.name):
+        data = path.read_bytes()
+        row = _changed_row(run, path, data, old, current, stat_key)
+    if run.settings.originals_public and (row or not _copy_is_current(path, run.full_dir / path.name)):
+        copy = public_original(data if data is not None else path.read_bytes())
+        run.copies[path.name] = _stage_copy(run.full_dir, path.name, copy)
+    return row
+
+
+def _changed_row(run: _Run, path: Path, data: bytes, old: sqlite3.Row | None, current: bool,
+                 stat_key: str) -> dict | None:
+    """The row of a JPEG read again (its file or sidecar touched, or its stored row not `current`),
+    or None when its content is as stored: its new stat_key is then noted in run.touched, and its
+    thumbnails made again if they were missing."""
+    sidecar = path.with_suffix(".txt")
+    sidecar_bytes = sidecar.read_bytes() if sidecar.exists() else b""
+    digest = hashlib.sha256(data)
+    if sidecar_bytes:
+        digest.update(b"\0sidecar\0" + sidecar_bytes)
+    content_hash = digest.hexdigest()
+    if current and old["sha256"] == content_hash and old["file_name"] == path.name:
+        run.touched.append((stat_key, path.stem))
+        return None
+    sidecar_text = sidecar_bytes.decode("utf-8-sig", "replace") if sidecar_bytes else None
+    row = build_row(path, data, sidecar_text, content_hash, stat_key, run.images_dir,
+                    old["uploaded"] if old else run.now, run.now)
+    if old is not None and all(row[c] == old[c] for c in PHOTO_COLUMNS if c not in ("updated", "stat_key")):
+        run.report.thumbnails.append(path.stem)  # its row and public copy stay as they are
+        run.touched.append((stat_key, path.stem))  # (an original restored with a new mtime)
+        return None
+    run.written |= _thumb_names(row)
+    return row
+
+
+def _publish_and_commit(conn, run: _Run, gone: list[str]) -> set[str]:
+    """Embed the captions, put the staged public copies in place, and write the archive in one
+    transaction; returns the thumbnails the archive names after it."""
+    written_stems = {row["stem"] for row in run.rows}
+    kept = [old for stem, old in run.existing.items() if stem in run.seen and stem not in written_stems]
+    vectors = caption_vectors(run.settings, conn, run.rows, kept)
+    referenced = _all_referenced(run.rows + kept)
+    superseded = _all_referenced(run.existing[stem] for stem in written_stems if stem in run.existing) - referenced
+    # Before the commit, so that no row is served before its public copy, and a run killed
+    # after the commit leaves the replaced thumbnails dated for the sweep's grace.
+    for name in superseded:
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(run.images_dir / name)
+    _publish_copies(run.full_dir, run.copies, run.kept_aside)
+    _write_archive(conn, run.rows, run.touched, gone, vectors)
+    return referenced
+
+
+def _publish_copies(full_dir: Path, copies: dict[str, Path], kept_aside: dict[str, Path]) -> None:
+    """Rename each staged copy into place, first keeping the copy it replaces aside (noted in
+    `kept_aside` as it goes) to be put back if the commit fails."""
+    for name, temp in copies.items():
+        if (full_dir / name).exists():
+            aside = full_dir / f".{name}.prev.tmp"
+            aside.unlink(missing_ok=True)
+            os.link(full_dir / name, aside)
+            kept_aside[name] = aside
+        db.replace_synced(temp, full_dir / name)
+
+
+def _write_archive(conn, rows: list[dict], touched: list[tuple[str, str]], gone: list[str],
+                   vectors: list[tuple[str, bytes]]) -> None:
+    """The run's one transaction: rows written, stat_keys updated, photos gone deleted, caption
+    vectors stored; the photos' generation changes when any of it changed something."""
+    placeholders = ", ".join("?" for _ in PHOTO_COLUMNS)
+    with db.transaction(conn):
+        conn.executemany(
+            f"INSERT OR REPLACE INTO photos ({', '.join(PHOTO_COLUMNS)}) VALUES ({placeholders})",
+            [tuple(row[c] for c in PHOTO_COLUMNS) for row in rows])
+        conn.executemany("UPDATE photos SET stat_key = ? WHERE stem = ?", touched)
+        conn.executemany("DELETE FROM photos WHERE stem = ?", [(stem,) for stem in gone])
+        # A rewritten photo's old vector may describe an old caption; without a model it stays unset.
+        changes = conn.total_changes
+        conn.executemany("DELETE FROM photo_vectors WHERE sha256 = ?", [(row["sha256"],) for row in rows])
+        conn.executemany("INSERT OR REPLACE INTO photo_vectors (sha256, model, vector) VALUES (?, ?, ?)",
+                         [(sha, ranker.MODEL_NAME, blob) for sha, blob in vectors])
+        conn.execute("DELETE FROM photo_vectors WHERE sha256 NOT IN "
+                     "(SELECT sha256 FROM photos WHERE alt IS NOT NULL)")
+        if rows or gone or conn.total_changes != changes:
+            conn.execute("INSERT INTO photos_state (id, generation) VALUES (1, random()) "
+                         "ON CONFLICT (id) DO UPDATE SET generation = excluded.generation")
+
+
+def _undo_files(run: _Run, published_before: set[str]) -> None:
+    """What a run that fails before its commit wrote goes, and the copies it replaced come back."""
+    _delete_files(run.images_dir, run.written - _all_referenced(run.existing.values()))
+    _delete_files(run.full_dir, {temp.name for temp in run.copies.values()})
+    for name, aside in run.kept_aside.items():
+        db.replace_synced(aside, run.full_dir / name)
+    _delete_unpublished(run.full_dir, published_before)
+
+
+def _clean_after_commit(conn, run: _Run, gone: list[str], referenced: set[str]) -> None:
+    """Delete what the commit left unused: thumbnails no photo names, copies no longer published,
+    the copies kept aside, and the temporary files of a run killed earlier."""
+    # Thumbnails of removed photos, and those written for a file that then failed, go now;
+    # those of replaced photos were marked with the time of their replacement and are swept later.
+    _delete_files(run.images_dir, (run.written | _all_referenced(run.existing[stem] for stem in gone)) - referenced)
+    if run.images_dir.is_dir():
+        _sweep_superseded(run.images_dir, referenced)
+    _delete_unpublished(run.full_dir, {r[0] for r in conn.execute("SELECT file_name FROM photos")}
+                        if run.settings.originals_public else set())
+    _delete_files(run.full_dir, {aside.name for aside in run.kept_aside.values()})
+    for place in (run.images_dir, run.full_dir):
+        _delete_stale_temps(place, run.started)
 
 
 def _all_referenced(rows) -> set[str]:
