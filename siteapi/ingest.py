@@ -250,7 +250,7 @@ def caption_vectors(settings, conn, rows: list[dict], kept: list) -> list[tuple[
     for row in kept:
         if row["alt"] and row["sha256"] not in stored:
             wanted.setdefault(row["sha256"], row["alt"])
-    model = ranker.load_model(ranker.RankerSettings.from_settings(settings)) if wanted else None
+    model = ranker.model_for(settings) if wanted else None
     if model is None:
         return []
     # One caption per model run: on one thread batching is no faster and pads every caption.
