@@ -418,6 +418,39 @@ def test_streams_send_the_first_frame_before_ranking_and_stop_when_closed(site):
         next(stream)
 
 
+def _stream_on_a_connection_closed(site, sent: int, query=None, body=None, method="GET") -> list[str]:
+    """The stream's chunks when the database connection it reads is closed once `sent` chunks have
+    gone out: ranking, or reading the next result's page, then raises sqlite3.ProgrammingError for real."""
+    conn = db.connect(site.settings.db_path, readonly=True)
+    content_type = "application/json" if body is not None else None
+    stream = ask.handle(method, query or {}, body, content_type, site.settings, conn, always).body
+    chunks = [next(stream) for _ in range(sent)]
+    conn.close()
+    return chunks + list(stream)
+
+
+@pytest.mark.parametrize("results_sent", [0, 1])
+def test_a_failed_ranking_ends_the_structured_stream_with_error_then_complete(site, results_sent):
+    body = json.dumps({"query": {"text": "how do I clean the carburetors"}, "query_id": "fail-1"}).encode()
+    frames = events(_stream_on_a_connection_closed(site, 1 + results_sent, body=body, method="POST"))
+    assert [name for name, _ in frames] == ["start", *["result"] * results_sent, "error", "complete"]
+    start, *_, failed, complete = [data for _, data in frames]
+    assert start["query_id"] == "fail-1"
+    assert failed == {"error": "Ranking failed on the server; try again in a moment."}
+    assert complete == {"_meta": {"version": "0.55"}, "query_id": "fail-1", "error": True}
+
+
+@pytest.mark.parametrize("results_sent", [0, 1])
+def test_a_failed_ranking_ends_the_legacy_stream_with_one_error_end_frame(site, results_sent):
+    query = {"query": "how do I clean the carburetors", "query_id": "fail-2"}
+    frames = events(_stream_on_a_connection_closed(site, 2 + results_sent, query))
+    assert frames[0] == ("comment", "keep-alive")
+    assert all(name is None for name, _ in frames[1:])
+    assert [data["message_type"] for _, data in frames[1:]] == [
+        "begin-nlweb-response", *["result"] * results_sent, "end-nlweb-response"]
+    assert frames[-1][1] == {"message_type": "end-nlweb-response", "conversation_id": "fail-2", "query_id": "fail-2",
+                             "error": True, "message": "Ranking failed on the server; try again in a moment."}
+
 # --- fallbacks ---------------------------------------------------------------------------------
 
 def test_rate_limited_callers_fall_back_to_lexical(site):
