@@ -21,7 +21,7 @@ from servers import accepts, running, serve_wsgi
 from siteapi.config import SettingsError, load_settings
 from siteapi.lens.fetch import Target
 from siteapi.lens.targets import TargetSpent, Visits, site_of
-from siteapi.ratelimit import RatePolicy, TargetBudget
+from siteapi.ratelimit import RatePolicy, TargetBudget, lens_target_budget
 from test_stack_e2e import free_port
 
 BUDGET = 3
@@ -249,3 +249,39 @@ def test_the_budget_is_checked_at_start_up(tmp_path, line, sentence):
     with pytest.raises(SettingsError) as refused:
         load_settings(tmp_path / "site.toml")
     assert sentence in str(refused.value)
+
+
+def without_a_caller_share(settings, **lens):
+    """`settings` with `lens` changed and no [lens] target_scans_per_caller: the default share."""
+    section = {k: v for k, v in settings.section("lens").items() if k != "target_scans_per_caller"}
+    return dataclasses.replace(settings, sections={**settings.sections, "lens": {**section, **lens}})
+
+
+@pytest.mark.parametrize("scans, share", [(20, 10), (4, 2), (5, 2), (1, 1)])
+def test_by_default_one_caller_has_half_of_a_sites_scans(settings, scans, share):
+    budget = lens_target_budget(without_a_caller_share(settings, target_scans=scans))
+    assert budget.policy.quota == scans and budget.share.quota == share
+    assert budget.share.name == "lens_target_caller" and budget.share.window == budget.policy.window == 3600
+
+
+def test_the_shipped_settings_give_one_caller_half_of_a_sites_scans():
+    shipped = load_settings(ROOT / "site.toml")
+    assert "target_scans_per_caller" not in shipped.section("lens")  # the default is what production runs with
+    budget = lens_target_budget(shipped)
+    assert budget.share.quota == budget.policy.quota // 2 == 10
+
+
+def test_by_default_a_caller_past_half_of_a_sites_scans_is_refused_and_the_others_go_on(settings, sites, checker):
+    defaulted = without_a_caller_share(settings, target_scans=4)
+    with serve_wsgi(make_app(defaulted, fetcher=site_fetcher(sites)).wsgi) as base:
+        api = Client(base, checker)
+        assert [fetch(api, sites.url("blog.test", f"/a{n}"), "203.0.113.90", phases="page").status_code
+                for n in range(2)] == [200, 200]
+        mine = fetch(api, sites.url("blog.test", "/a2"), "203.0.113.90", phases="page")
+        assert mine.status_code == 429 and mine.json()["limit"] == "lens_target_caller"
+        assert "one caller may have in 3600 seconds" in mine.json()["error"]
+        assert mine.headers["RateLimit"] == f'"lens_target_caller";r=0;t={mine.headers["Retry-After"]}'
+        assert re.search(r'"lens_target_caller";q=2;w=3600', mine.headers["RateLimit-Policy"]), mine.headers["RateLimit-Policy"]
+        assert [fetch(api, sites.url("blog.test", f"/b{n}"), "203.0.113.91", phases="page").status_code
+                for n in range(2)] == [200, 200]  # another caller has the other half
+        assert_refused(fetch(api, sites.url("blog.test", "/c"), "203.0.113.92", phases="page"), "blog.test")
