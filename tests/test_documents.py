@@ -435,6 +435,14 @@ def test_markdown_twin_routes_answer_as_openapi_describes_them(api, checker, pat
     assert int(r.headers["x-markdown-tokens"]) == tokens.count(r.text)
 
 
+
+def test_markdown_token_counts_read_special_token_look_alikes_as_text(api):
+    """A Markdown answer quoting `<|endoftext|>` (a 404 quotes the path asked for) counts it as text."""
+    r = api.get("/notes/<|endoftext|>", headers={"Accept": "text/markdown"})
+    assert r.status_code == 404 and r.headers["Content-Type"].startswith("text/markdown")
+    assert "<|endoftext|>" in r.text
+    assert int(r.headers["x-markdown-tokens"]) == len(tokens.encoding().encode_ordinary(r.text))
+
 def test_resume_markdown_leaves_out_what_is_not_text():
     """The owner's JSON is only checked for being one object: wrong types are skipped, not a 500."""
     odd = {"basics": {"name": ["not", "text"], "label": True, "profiles": [{"url": "javascript:alert(1)"}, 7]},

@@ -91,6 +91,30 @@ def test_empty_and_short_texts():
     assert tokens.count("hello world") == len(tokens.encoding().encode_ordinary("hello world"))
 
 
+
+@pytest.mark.parametrize("text", ["see <|endoftext|> here", "a <|endofprompt|> b", "<|endoftext|>",
+                                  "<|fim_prefix|><|im_start|>user<|im_end|>"])
+def test_special_token_look_alikes_are_counted_as_ordinary_text(text):
+    """A page holding `<|endoftext|>` is that many characters of text: read as the one special token,
+    a hostile page had shrunk its reported cost (and a plain encode() refuses it: a 500)."""
+    assert tokens.count(text) == len(tokens.encoding().encode_ordinary(text))
+
+
+def test_a_special_token_look_alike_is_several_tokens_of_text():
+    assert tokens.count("see <|endoftext|> here") == 9  # as the one special token: 4
+
+
+def test_a_special_token_look_alike_across_a_chunk_boundary_is_counted_as_ordinary_text():
+    # words up to the look-alike, whose second "|" (a place a cut may fall) is the chunk's last character
+    words = ("word " * tokens.CHUNK_CHARS)[:tokens.CHUNK_CHARS - len(" <|endoftext")]
+    assert not words.endswith(" ")
+    text = words + " <|endoftext|> and <|endofprompt|> after" * 3
+    chunks = list(tokens._chunks(text))
+    assert "".join(chunks) == text
+    assert chunks[0].endswith("<|endoftext") and chunks[1].startswith("|>")  # the cut falls inside the look-alike
+    assert tokens.count(text) == len(tokens.encoding().encode_ordinary(text))
+    assert tokens.count(text) > len(tokens.encoding().encode(text, allowed_special="all"))
+
 def test_threads_asking_at_once_share_one_loaded_vocabulary():
     """Waitress's threads all want the vocabulary on the first Markdown requests; each loading its
     own 80 MB copy left the app at three times its memory."""
