@@ -277,6 +277,10 @@ def test_the_cached_json_answers_can_be_revalidated(api, path, other):
     assert again.status_code == 304 and again.content == b"" and again.headers["ETag"] == etag
     assert again.headers["Cache-Control"] == first.headers["Cache-Control"]
     assert api.get(path, headers={"If-None-Match": 'W/"other"'}).status_code == 200
+    # RFC 9110 13.1.2: `*` matches any current representation; a list matches when one member does
+    for sent in ("*", f'"other", {etag}', f'W/"other",{etag.removeprefix("W/")}'):
+        matched = api.get(path, headers={"If-None-Match": sent})
+        assert matched.status_code == 304 and matched.content == b"" and matched.headers["ETag"] == etag, sent
     assert other is None or api.get(other).headers["ETag"] != etag
 
 
