@@ -1,5 +1,6 @@
 """The conventions every route shares, on the real server: errors, 404 formats, methods, versions,
 headers, and hostile input that must never produce a 500."""
+import dataclasses
 import html
 import http.client
 import json
@@ -12,6 +13,7 @@ from markdown_it import MarkdownIt
 from app import make_app
 from conftest import make_settings
 from servers import serve_wsgi
+from siteapi.config import RatePolicy
 from test_documents import assert_runs_under_its_policy
 
 
@@ -306,6 +308,20 @@ def test_a_cross_origin_script_can_read_the_headers_it_is_sent(api):
     for r, name in ((card, "ETag"), (refused, "Allow"), (card, "RateLimit"), (refused, "Link")):
         assert name in r.headers and name in r.headers["Access-Control-Expose-Headers"].split(", "), name
     assert api.get("/mcp/server-card", headers={"If-None-Match": card.headers["ETag"]}).status_code == 304
+
+
+def test_a_cross_origin_script_can_read_the_headers_of_a_429(site_settings):
+    """API.md §8: Retry-After takes precedence over RateLimit; neither is CORS-safelisted, so a
+    browser script reads them on a refusal only when Access-Control-Expose-Headers names them."""
+    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 1, 60)})
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        refused = [requests.get(base + "/search.json?q=garage", timeout=30,
+                                headers={"Origin": "https://scanner.example", "X-Forwarded-For": "203.0.113.44"})
+                   for _ in range(2)][-1]
+    assert refused.status_code == 429 and refused.headers["Access-Control-Allow-Origin"] == "*"
+    exposed = refused.headers["Access-Control-Expose-Headers"].split(", ")
+    for name in ("Retry-After", "RateLimit", "RateLimit-Policy", "Link"):
+        assert name in refused.headers and name in exposed, name
 
 
 def test_every_200_has_policy_link_cors_and_cache(api):
