@@ -13,8 +13,9 @@ import pytest
 import requests
 
 from app import make_app
+from conftest import ROOT
 from servers import serve_wsgi
-from siteapi.config import RatePolicy
+from siteapi.config import RatePolicy, load_settings
 from siteapi.ratelimit import RateLimiter
 from test_stack_e2e import free_port
 
@@ -74,6 +75,28 @@ def test_headers_at_the_window_boundary_are_structured_fields(site_settings):
         assert int(params["r"]) == max(0, 2 - n) and 1 <= int(params["t"]) <= 60  # the third request leaves r=0
     assert answers[3].headers["Retry-After"] == params["t"] and answers[3].json()["retry_after"] == int(params["t"])
 
+
+
+def test_a_refusal_under_a_window_over_a_minute_says_t_as_retry_after(site_settings, tmp_path):
+    """API.md §8: the refusing policy shows r=0 for up to t=60 seconds, and t is Retry-After
+    (1..60), whatever `[rate] <policy>_w` is: under an hour's window a 429 had said t=3599."""
+    text = (ROOT / "site.toml").read_text()
+    assert "\nread_q = 120\nread_w = 60\n" in text
+    (tmp_path / "site.toml").write_text(text.replace("\nread_q = 120\nread_w = 60\n", "\nread_q = 2\nread_w = 3600\n"))
+    rates = load_settings(tmp_path / "site.toml").rates
+    assert rates["read"] == RatePolicy("read", 2, 3600)
+    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": rates["read"]})
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        answers = [requests.get(base + "/search.json?q=garage", headers={"X-Forwarded-For": "203.0.113.55"}, timeout=30)
+                   for _ in range(3)]
+    assert [r.status_code for r in answers] == [200, 200, 429]
+    assert answers[0].headers["RateLimit"].startswith('"read";r=1;t=')  # an allowed answer's t is the window's reset
+    assert int(answers[0].headers["RateLimit"].rsplit("=", 1)[1]) > 60
+    refused = answers[2]
+    retry = int(refused.headers["Retry-After"])
+    assert 1 <= retry <= 60 and refused.json()["retry_after"] == retry
+    assert refused.headers["RateLimit"] == f'"read";r=0;t={retry}'
+    assert refused.headers["RateLimit-Policy"] == '"read";q=2;w=3600'
 
 def test_callers_are_addresses_in_one_spelling_and_ipv6_by_its_64(site_settings):
     """Caddy's X-Forwarded-For names the client; the hops a client wrote before it are not the caller.
