@@ -1,6 +1,7 @@
 """The neighborhood crawl against loopback firm homepages with robots.txt rules, and its readers."""
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from urllib.parse import urlsplit
@@ -161,6 +162,34 @@ def test_changes_between_crawls_with_severity(tmp_path, firms):
     assert newest[0]["observedAt"] >= newest[-1]["observedAt"]
     assert [c["name"] for c in newest if c["changes"][0].get("after") == "Alpha Ventures"] == ["Alpha"]
 
+
+
+def test_the_change_limit_is_50_by_default_and_clamped_to_1_through_100(tmp_path, firms, checker):
+    """API.md §4/§9: 50 changes unless `limit` says otherwise (a non-number too), at most 100, at least 1;
+    told apart only with more than 100 changes stored (a real crawl's change, then 119 older copies)."""
+    settings = settings_for(tmp_path, firms)
+    run_around(settings, fetcher=loopback_fetcher(settings))
+    firms["Alpha"].title = "Alpha Ventures — Fund IV"
+    run_around(settings, fetcher=loopback_fetcher(settings))
+    conn = db.writer(settings.db_path)
+    [(crawled,)] = conn.execute("SELECT observed_at FROM around_changes").fetchall()  # Alpha's title, id 1
+    newest = dt.datetime.strptime(crawled, "%Y-%m-%dT%H:%M:%SZ")
+    with db.transaction(conn):
+        for n in range(1, 120):
+            conn.execute("INSERT INTO around_changes (crawl_id, target, name, observed_at, previous_observed_at, "
+                         "severity, changes) SELECT crawl_id, target, name, ?, previous_observed_at, severity, changes "
+                         "FROM around_changes WHERE id = 1", ((newest - dt.timedelta(minutes=n)).strftime("%Y-%m-%dT%H:%M:%SZ"),))
+    conn.close()
+    for limit, expected in ((None, 50), ("lots", 50), ("", 50), (500, 100), (100, 100), (99, 99), (0, 1), (-5, 1)):
+        got = changes(reader(settings)) if limit is None else changes(reader(settings), limit=limit)
+        assert len(got["changes"]) == expected, limit
+    assert got["changes"][0]["observedAt"] == crawled  # the newest
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        api = Client(base, checker)
+        for query, expected in (("", 50), ("?limit=lots", 50), ("?limit=500", 100), ("?limit=0", 1), ("?limit=-5", 1)):
+            body = api.get("/around/changes.json" + query).json()
+            assert len(body["changes"]) == expected, query
+            assert body["changes"][0]["observedAt"] == crawled and body["changes"][0]["name"] == "Alpha"
 
 def test_a_run_without_robots_txt_observes_nothing_and_changes_nothing(tmp_path, firms):
     settings = settings_for(tmp_path, firms)
