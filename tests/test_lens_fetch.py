@@ -77,6 +77,9 @@ def test_public_addresses_pass_on_80_and_443_only(address):
     ("http://017700000001/", "non-standard"),
     ("http://[fe80::1%25eth0]/", "zone"),
     ("http://０ｘ７ｆ.１/", "non-standard"),  # full-width digits map onto an address in disguise
+    ("http://example.0x7f/", "numeric address in a non-standard form"),  # the last label is read, as
+    ("http://a.017700000001/", "numeric address in a non-standard form"),  # WHATWG reads an IPv4 host
+    ("http://a.b.2130706433./", "numeric address in a non-standard form"),
     ("[]", "IPv6 address is not valid"),
     ("http://[::1", "IPv6 address is not valid"),
     ("http://[abc]/", "IPv6 address is not valid"),
@@ -117,6 +120,11 @@ def test_url_normalisation():
     # (unicode_audit24 M4); the label must still be letters, digits and inner hyphens
     assert parse_target("https://R3---sn-abc.googlevideo.com/").host == "r3---sn-abc.googlevideo.com"
     assert parse_target("https://ab--c.bücher.ch/").host == "ab--c.xn--bcher-kva.ch"
+    # a name whose first label is digits is a name (163.com, 360.cn): only a numeric last label is an address
+    for url, host in (("https://163.com/", "163.com"), ("https://123.example.com/", "123.example.com"),
+                      ("https://0x7f.example.com/", "0x7f.example.com"), ("https://360.cn/", "360.cn")):
+        target = parse_target(url)
+        assert target.host == host and not target.literal, url
     for url in ("https://-ab.example.com/", "https://ab-.example.com/", "https://xn--abc.example.com/",
                 f"https://{'a' * 64}.example.com/", "https://a!b.example.com/"):
         with pytest.raises(FetchRefused):
