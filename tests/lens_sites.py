@@ -2,7 +2,8 @@
 
 Sites: ready.test (every agent door: expect level 5), blog.test (content only), spa.test (200 HTML
 for every path), blocked.test (robots.txt blocks AI crawlers and AI user agents get a challenge),
-paid.test (402 pay-per-crawl + x402), robots503.test, signals.test (Content-Signal + TDMRep),
+paid.test (402 pay-per-crawl + x402), robots503.test, robots302.test (robots.txt a 302 with no Location
+and an HTML body), signals.test (Content-Signal + TDMRep),
 hang.test (every probe hangs), bigrobots.test (5 MB robots.txt), binrobots.test, badcoding.test
 (a robots.txt of rules labelled gzip that is not), bomb.test (a
 sitemap bomb), malformed.test (broken cards and OpenAPI), deep.test (every JSON answer nested 20,000
@@ -43,7 +44,8 @@ from siteapi.lens.discovery import DnsClient
 from siteapi.lens.fetch import AddressPolicy, Fetcher
 from servers import start_thread, stop_thread, write_response
 
-SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "signals.test",
+SITES = ("ready.test", "blog.test", "spa.test", "blocked.test", "paid.test", "robots503.test", "robots302.test",
+         "signals.test",
          "hang.test", "bigrobots.test", "binrobots.test", "badcoding.test", "bomb.test", "malformed.test", "deep.test",
          "notes.test", "htmlrobots.test", "octetrobots.test", "bom.test", "tdmtypes.test", "mdalways.test",
          "novary.test", "halfvary.test", "sitemaps.test", "smupper.test", "catchjson.test", "catchtext.test",
@@ -193,6 +195,13 @@ class Handler(BaseHTTPRequestHandler):
     def site_robots503(self, path):
         if path == "/robots.txt":
             return self.send(503, "busy", "text/plain", {"Retry-After": "60"})
+        if path == "/":
+            return self.send(200, BLOG_HOME)
+        self.not_found()
+
+    def site_robots302(self, path):
+        if path == "/robots.txt":  # a redirect that names nowhere: the fetcher's final answer is the 302
+            return self.send(302, "<html><body>Moved</body></html>")
         if path == "/":
             return self.send(200, BLOG_HOME)
         self.not_found()

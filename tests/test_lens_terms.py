@@ -57,6 +57,15 @@ def test_grouped_user_agents_and_case():
     assert rows["ClaudeBot"]["verdict"] == "allow"
 
 
+@pytest.mark.parametrize("status", [300, 302, 304, 307, 399])
+def test_a_robots_txt_whose_final_answer_is_a_3xx_is_unknown(status):
+    """The fetcher follows redirects, so a 3xx left at the end (a 302 with no Location, a 304, a 300)
+    holds no rules: its body, often an HTML stub, read as robots.txt would allow every crawler."""
+    assert terms.robots_state(status, False, "<html>moved</html>") == ("unknown", f"robots.txt answered {status}")
+    board = terms.scoreboard("<html>moved</html>", terms.robots_state(status, False, "<html>moved</html>")[0], URL)
+    assert {row["verdict"] for row in board} == {"unknown"}
+
+
 def test_states_4xx_allow_5xx_unknown():
     assert terms.robots_state(404, False, None) == ("absent", None)
     assert terms.robots_state(503, False, None)[0] == "unknown"
@@ -205,6 +214,12 @@ def test_a_name_prefix_does_not_pass_name_ai_crawlers(scanned):
     assert rows["Applebot-Extended"]["matchedUa"] == "*"
     check = obs["readiness"]["checks"]["robotsTxtAiRules"]
     assert check["status"] == "fail", check
+
+
+def test_a_robots_txt_answering_a_302_without_location_leaves_every_verdict_unknown(scanned):
+    obs = scanned("robots302.test")
+    assert obs["terms"]["robotsUnknown"] and "302" in obs["terms"]["robotsError"]
+    assert {row["verdict"] for row in obs["terms"]["scoreboard"]} == {"unknown"}
 
 
 def test_robots_rules_belong_to_their_origin():
