@@ -122,7 +122,7 @@ class QueueWarnings(logging.Filter):
 def create_server(app, behind_proxy: bool = True, **overrides):
     """A waitress server for `app` under OPTIONS (and PROXY_OPTIONS unless told it is not behind
     Caddy), overridden by keyword; not yet running."""
-    server = waitress.server.create_server(app, **OPTIONS, **(PROXY_OPTIONS if behind_proxy else {}), **overrides)
+    server = waitress.server.create_server(app, **{**OPTIONS, **(PROXY_OPTIONS if behind_proxy else {}), **overrides})
     queue_log = server.task_dispatcher.queue_logger
     if not any(isinstance(f, QueueWarnings) for f in queue_log.filters):
         queue_log.addFilter(QueueWarnings())

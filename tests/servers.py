@@ -42,12 +42,12 @@ def stop_thread(server, thread) -> None:
 
 
 @contextlib.contextmanager
-def serve_wsgi(app, trusted_proxy: bool = True):
+def serve_wsgi(app, trusted_proxy: bool = True, **overrides):
     """Run a WSGI app in waitress on 127.0.0.1:<free port> under siteapi.serving's options (without
-    the trusted proxy if asked); yields the base URL. The loop runs in short turns so that it can
+    the trusted proxy if asked, and with waitress `overrides`); yields the base URL. The loop runs in short turns so that it can
     stop, and its sockets are closed by the same thread (closing them under a running select()
     fails with EBADF)."""
-    server = serving.create_server(app, behind_proxy=trusted_proxy, port=0, ident="siteapi-test")
+    server = serving.create_server(app, behind_proxy=trusted_proxy, **{"port": 0, "ident": "siteapi-test", **overrides})
     stopping = threading.Event()
 
     def run():

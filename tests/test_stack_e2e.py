@@ -500,6 +500,40 @@ def test_a_body_over_the_apps_cap_gets_the_apps_413_at_the_edge(stack):
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]  # read as 20 bytes, not as a number of nine digits
 
 
+
+
+@needs_caddy
+def test_the_edges_413_is_its_own_not_the_apps(tmp_path):
+    """The caps above are Caddy's own: behind it here an upstream that takes any body (no 512 KiB cap
+    of waitress's) and answers 200, so a 413 for exactly 512 KiB with a Content-Length, and for
+    600,000 bytes chunked, can only come from the edge, and no such body reaches the upstream's
+    app; a byte under the cap, with a Content-Length or chunked, reaches it whole. (With nothing
+    listening upstream, the chunked body is a 502: Caddy holds 512 KiB, then dials the app before
+    it reads on and finds the body too large.)"""
+    received = []
+
+    def take_any_body(environ, start_response):
+        received.append(len(environ["wsgi.input"].read()))
+        return plain_ok(environ, start_response)
+
+    def chunks(size: int):
+        for start in range(0, size, 65536):
+            yield b"x" * min(65536, size - start)
+
+    with serve_wsgi(take_any_body, max_request_body_size=64 << 20) as base, \
+            caddy_in_front(int(base.rsplit(":", 1)[1]), tmp_path) as port:
+        edge = f"http://127.0.0.1:{port}/ask"
+        for name, body in (("Content-Length: 524288", b"x" * (512 << 10)), ("chunked 600,000", chunks(600_000)),
+                           ("Content-Length: 5 MiB", b"x" * (5 << 20)), ("chunked 5 MiB", chunks(5 << 20))):
+            r = requests.post(edge, data=body, headers={"Content-Type": "application/json"}, timeout=60)
+            assert r.status_code == 413 and r.json()["code"] == "body_too_large", (name, r.status_code, r.text[:200])
+            assert received == [], name  # the upstream's app never saw it
+        for name, body, size in (("Content-Length: 524287", b"x" * ((512 << 10) - 1), (512 << 10) - 1),
+                                 ("chunked 500,000", chunks(500_000), 500_000)):
+            r = requests.post(edge, data=body, headers={"Content-Type": "application/json"}, timeout=60)
+            assert (r.status_code, r.text) == (200, "ok"), (name, r.status_code, r.text[:200])
+            assert received.pop() == size, name
+
 @needs_caddy
 def test_caller_is_the_client_behind_caddy(stack):
     # Caddy sets X-Forwarded-For to the real client; a spoofed header from the client is replaced.
