@@ -35,7 +35,7 @@ from typing import Callable
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from siteapi import db
+from siteapi import db, files
 from siteapi.config import Settings, SettingsError, load_settings
 from siteapi.content import run_content
 from siteapi.feeds.around import run_around
@@ -83,7 +83,7 @@ def run_job(settings: Settings, name: str, **seams) -> tuple[bool | None, str]:
     sentence (recorded when site.db can still take it). `seams` reach the job's function: the
     `fetcher` (and the census's `dns`) a test hands it, since the production ones refuse loopback."""
     try:
-        lock = db.try_lock(db.lock_path(settings.db_path, f"job-{name}"))
+        lock = files.try_lock(files.lock_path(settings.db_path, f"job-{name}"))
     except OSError as exc:
         return _failed(name, db.storage_problem(settings.db_path, exc))
     if lock is None:
@@ -152,7 +152,7 @@ def overdue(conn, name: str, trigger: CronTrigger, now: datetime) -> bool:
 def schedule(settings: Settings) -> int:
     """Run the scheduler until Ctrl-C or SIGTERM; 1 when another one already runs site.db's jobs."""
     try:
-        lock = db.try_lock(db.lock_path(settings.db_path, "scheduler"))
+        lock = files.try_lock(files.lock_path(settings.db_path, "scheduler"))
     except OSError as exc:
         print(f"jobs: {db.storage_problem(settings.db_path, exc)}", file=sys.stderr)
         return 1
@@ -312,7 +312,7 @@ def next_due(name: str, ended: datetime) -> datetime:
 
 def _unfinished(settings: Settings, name: str) -> str:
     """What an unfinished run is: its job's lock is held only while a run is alive."""
-    held = db.lock_held(db.lock_path(settings.db_path, f"job-{name}"))
+    held = files.lock_held(files.lock_path(settings.db_path, f"job-{name}"))
     if held is None:
         return "not finished (running, or killed: its next run closes it)"
     return "running now" if held else "not finished: its process died (killed or stopped); its next run closes it as failed"

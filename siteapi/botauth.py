@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from http_message_signatures import HTTPMessageSigner, MappingKeyResolver, algorithms
 
-from siteapi import db
+from siteapi import files
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def load_or_create_key(path: Path) -> Ed25519PrivateKey:
                 os.fsync(out.fileno())
             try:
                 os.link(temporary, path)
-                db.sync_folder(path.parent)  # else a power loss can lose the name, and a new key is made
+                files.sync_folder(path.parent)  # else a power loss can lose the name, and a new key is made
             except FileExistsError:
                 pass  # another process linked its key first; everyone uses that one
         finally:

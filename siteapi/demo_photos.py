@@ -19,7 +19,7 @@ from pathlib import Path
 import exiv2
 from PIL import Image, ImageDraw
 
-from siteapi import db
+from siteapi import files
 
 OWNER = "Demo Owner"
 BODY_SERIAL = "DEMO-SERIAL-0042"
@@ -280,8 +280,8 @@ def make_jpeg(demo: Demo, index: int) -> bytes:
 
 def _put(path: Path, payload: bytes) -> None:
     temp = path.with_name(f".{path.name}.tmp")  # a dot name: the ingest never reads it
-    db.write_synced(temp, payload)
-    db.replace_synced(temp, path)
+    files.write_synced(temp, payload)
+    files.replace_synced(temp, path)
 
 
 def _demos(count: int):

@@ -10,7 +10,7 @@ originals_public is true) are staged and renamed into place before it, so no row
 of its copy (a commit that fails puts back the copies they replaced and removes the new ones), and
 any copy of a photo no longer published is removed (after the commit, and at the start of the next
 run, for a run killed in between). Every file is on the disk before its name is
-(db.write_synced), so a power loss leaves no name on a short file. A removed photo's thumbnails go
+(files.write_synced), so a power loss leaves no name on a short file. A removed photo's thumbnails go
 with it; a replaced photo's old ones stay SUPERSEDED_GRACE_S, for the cached replies that still
 name them. A folder with no JPEG left while the archive has photos (a drive not mounted) is
 refused rather than emptying the archive, unless it holds EMPTY_MARKER.
@@ -33,7 +33,7 @@ from pathlib import Path
 from PIL import Image, ImageOps
 from tqdm import tqdm
 
-from siteapi import db, ranker
+from siteapi import db, files, ranker
 from siteapi.config import Settings
 from siteapi.exif import EXTRACTOR, EXTRACTOR_VERSION, PhotoError, public_original, read_metadata, recipe_text
 
@@ -136,9 +136,9 @@ def make_thumbnails(data: bytes, stem: str, out_dir: Path) -> dict[str, str]:
         target = out_dir / name
         if not target.exists():
             temp = target.with_name(f".{name}.tmp")
-            db.write_synced(temp, payload)
+            files.write_synced(temp, payload)
             try:
-                db.replace_synced(temp, target)
+                files.replace_synced(temp, target)
             except BaseException:
                 temp.unlink(missing_ok=True)
                 raise
@@ -155,7 +155,7 @@ def _stage_copy(full_dir: Path, name: str, payload: bytes) -> Path:
     place just before the transaction (keeping the copy it replaces aside until the commit)."""
     full_dir.mkdir(parents=True, exist_ok=True)
     temp = full_dir / f".{name}.tmp"
-    db.write_synced(temp, payload)
+    files.write_synced(temp, payload)
     return temp
 
 
@@ -459,7 +459,7 @@ def _publish_copies(full_dir: Path, copies: dict[str, Path], kept_aside: dict[st
             aside.unlink(missing_ok=True)
             os.link(full_dir / name, aside)
             kept_aside[name] = aside
-        db.replace_synced(temp, full_dir / name)
+        files.replace_synced(temp, full_dir / name)
 
 
 def _write_archive(conn, rows: list[dict], touched: list[tuple[str, str]], gone: list[str],
@@ -490,7 +490,7 @@ def _undo_files(run: _Run, published_before: set[str]) -> None:
     _delete_files(run.images_dir, run.written - _all_referenced(run.existing.values()))
     _delete_files(run.full_dir, {temp.name for temp in run.copies.values()})
     for name, aside in run.kept_aside.items():
-        db.replace_synced(aside, run.full_dir / name)
+        files.replace_synced(aside, run.full_dir / name)
     _delete_unpublished(run.full_dir, published_before)
 
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from siteapi import db, demo_photos
+from siteapi import db, demo_photos, files
 from siteapi.config import DATASETTE_PATH, ROOT, SettingsError, load_settings
 from siteapi.feeds.coffee import DEMO_CALENDAR
 
@@ -79,11 +79,11 @@ def sole_stack(db_path: Path):
     """Held while the stack runs: a second `make run` on the same site.db would race the first-run
     build and start a second scheduler. A scheduler already running on it (systemd's site-jobs)
     is found here too, before anything starts, rather than by the stack's own scheduler later."""
-    lock = db.try_lock(db.lock_path(db_path, "stack"))
+    lock = files.try_lock(files.lock_path(db_path, "stack"))
     if lock is None:
         raise StackError(f"Another `make run` is already serving {db_path}; stop it first (Ctrl-C where it runs).")
     with lock:
-        scheduler = db.try_lock(db.lock_path(db_path, "scheduler"))
+        scheduler = files.try_lock(files.lock_path(db_path, "scheduler"))
         if scheduler is None:
             raise StackError(f"A job scheduler already runs on {db_path} (systemd's site-jobs.service, or "
                              "`python jobs.py`); stop it first.")

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from conftest import ROOT, make_settings
-from siteapi import db, demo_photos, ingest, stack
+from siteapi import db, demo_photos, files, ingest, stack
 
 
 def record_syncs_and_renames(monkeypatch) -> list[tuple]:
@@ -61,8 +61,8 @@ def test_a_synced_file_replaces_the_old_one_whole(tmp_path):
     target.write_bytes(b"old")
     payload = os.urandom(300_000)
     with target.open("rb") as reading:
-        db.write_synced(temp, payload)
-        db.replace_synced(temp, target)
+        files.write_synced(temp, payload)
+        files.replace_synced(temp, target)
         assert reading.read() == b"old"  # a reader that had the old file keeps it whole
     assert target.read_bytes() == payload
     assert [p.name for p in tmp_path.iterdir()] == ["photo.jpg"]
@@ -75,11 +75,11 @@ def test_a_write_the_kernel_cuts_short_leaves_no_file(tmp_path):
 import resource, signal, sys
 from pathlib import Path
 sys.path.insert(0, {str(ROOT)!r})
-from siteapi import db
+from siteapi import files
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 try:
-    db.write_synced(Path(sys.argv[1]), b"x" * 100_000)
+    files.write_synced(Path(sys.argv[1]), b"x" * 100_000)
 except OSError as exc:
     print(exc.errno)
 """

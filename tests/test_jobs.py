@@ -5,7 +5,7 @@ from datetime import datetime, timezone
 import pytest
 
 import jobs
-from siteapi import db
+from siteapi import db, files
 
 
 def at(text: str) -> datetime:
@@ -59,7 +59,7 @@ def settings(tmp_path):
 
 def test_a_job_held_by_another_run_is_not_run_again(settings):
     settings.access_log.touch()
-    held = db.try_lock(db.lock_path(settings.db_path, "job-lens-caches"))  # as another process's run holds it
+    held = files.try_lock(files.lock_path(settings.db_path, "job-lens-caches"))  # as another process's run holds it
     try:
         ok, error = jobs.run_job(settings, "lens-caches")
         assert not ok and "lens-caches is already running" in error and "did nothing" in error
@@ -114,7 +114,7 @@ def test_status_shows_each_jobs_last_run(settings, capsys):
                      "'2026-11-21T08:00:00Z', '2026-11-21T08:00:01Z', 0, 'FeedError: no calendar')")
         conn.execute("INSERT INTO job_runs(name, started) VALUES ('around', '2026-11-21T08:00:00Z')")
     conn.close()
-    with db.try_lock(db.lock_path(settings.db_path, "job-around")):  # a run of around still alive
+    with files.try_lock(files.lock_path(settings.db_path, "job-around")):  # a run of around still alive
         assert jobs.status(settings) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert set(lines) == set(jobs.JOBS)

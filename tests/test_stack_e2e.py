@@ -32,7 +32,7 @@ from app import make_app
 from conftest import ROOT, Client
 from feeds_servers import USER_AGENTS, make_settings
 from servers import accepts, open_stream, read_until, running, serve_wsgi
-from siteapi import db, demo_photos, ingest, photos
+from siteapi import db, demo_photos, files, ingest, photos
 from siteapi.stack import commands_and_env, datasette_command, watch
 from siteapi.feeds.coffee import DEMO_CALENDAR
 from siteapi.feeds.ledger import ledger, run_ledger
@@ -438,7 +438,7 @@ def test_a_scheduler_already_running_on_the_site_db_starts_nothing(tmp_path):
     """systemd's site-jobs.service (or `python jobs.py`) holds the scheduler's lock: make run says so
     before it builds or starts anything, not after printing its addresses."""
     env = stack_env(tmp_path, stack_ports())
-    held = db.try_lock(db.lock_path(tmp_path / "site.db", "scheduler"))
+    held = files.try_lock(files.lock_path(tmp_path / "site.db", "scheduler"))
     try:
         status, out = stack_until_it_exits(env)
     finally:
