@@ -103,7 +103,7 @@ def run_job(settings: Settings, name: str, **seams) -> tuple[bool | None, str]:
 
 def _run_recorded(settings: Settings, name: str, conn, seams: dict) -> tuple[bool, str]:
     try:
-        run_id = db.start_job_run(conn, name)
+        run_id = start_job_run(conn, name)
     except sqlite3.Error as exc:
         return _failed(name, db.storage_problem(settings.db_path, exc))
     started = time.monotonic()
@@ -128,9 +128,36 @@ def _record(settings: Settings, conn, run_id: int, ok: bool, summary: str = "", 
     """The run's end in job_runs; a site.db that cannot take it (disk full) leaves the run
     unfinished there, which the job's next run closes as failed."""
     try:
-        db.finish_job_run(conn, run_id, ok, summary=summary, error=error)
+        finish_job_run(conn, run_id, ok, summary=summary, error=error)
     except sqlite3.Error as exc:
         log.error("the end of this run could not be recorded in job_runs: %s", db.storage_problem(settings.db_path, exc))
+
+
+ABANDONED = ("The run stopped before it recorded its end (its process was killed or the machine went down); "
+             "what it had not committed was rolled back.")
+
+
+JOB_HISTORY_DAYS = 90  # runs of a job older than this are forgotten when it starts again (~700 runs a day)
+
+
+def start_job_run(conn: sqlite3.Connection, name: str) -> int:
+    """Record a run of `name` as started. The caller holds the job's lock (run_job), so a run of
+    `name` left unfinished can only be one that died: it is closed as failed (ABANDONED)."""
+    with db.transaction(conn):
+        conn.execute("DELETE FROM job_runs WHERE name = ? AND started < ?",
+                     (name, db.now_iso(JOB_HISTORY_DAYS * 86400)))
+        conn.execute("UPDATE job_runs SET finished = ?, ok = 0, error = ? WHERE name = ? AND finished IS NULL",
+                     (db.now_iso(), ABANDONED, name))
+        cur = conn.execute("INSERT INTO job_runs(name, started) VALUES (?, ?)", (name, db.now_iso()))
+    return cur.lastrowid
+
+
+def finish_job_run(conn: sqlite3.Connection, run_id: int, ok: bool, summary: str = "", error: str | None = None) -> None:
+    with db.transaction(conn):
+        conn.execute(
+            "UPDATE job_runs SET finished = ?, ok = ?, summary = ?, error = ? WHERE id = ?",
+            (db.now_iso(), int(ok), summary, error, run_id),
+        )
 
 
 def build_trigger(spec: dict):

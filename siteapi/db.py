@@ -1,5 +1,5 @@
-"""site.db: connections, every area's schema, transactions, the job-run record, and the readers
-that follow the file when it is rebuilt.
+"""site.db: connections, every area's schema (and `job_runs`, which jobs.py writes), transactions,
+and the readers that follow the file when it is rebuilt.
 
 Writers (jobs, and the app's few small rows) open read-write connections in WAL mode; readers
 open `mode=ro`, one connection per thread. Every connection sets `busy_timeout`. Each area owns
@@ -393,32 +393,6 @@ def _column_changes(conn: sqlite3.Connection, module) -> list[str]:
 def now_iso(ago_s: float = 0) -> str:
     """UTC now (or `ago_s` seconds before) as site.db stores times: 2026-11-21T08:17:00Z."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - ago_s))
-
-
-ABANDONED = ("The run stopped before it recorded its end (its process was killed or the machine went down); "
-             "what it had not committed was rolled back.")
-
-
-JOB_HISTORY_DAYS = 90  # runs of a job older than this are forgotten when it starts again (~700 runs a day)
-
-
-def start_job_run(conn: sqlite3.Connection, name: str) -> int:
-    """Record a run of `name` as started. The caller holds the job's lock (jobs.py), so a run of
-    `name` left unfinished can only be one that died: it is closed as failed (ABANDONED)."""
-    with transaction(conn):
-        conn.execute("DELETE FROM job_runs WHERE name = ? AND started < ?", (name, now_iso(JOB_HISTORY_DAYS * 86400)))
-        conn.execute("UPDATE job_runs SET finished = ?, ok = 0, error = ? WHERE name = ? AND finished IS NULL",
-                     (now_iso(), ABANDONED, name))
-        cur = conn.execute("INSERT INTO job_runs(name, started) VALUES (?, ?)", (name, now_iso()))
-    return cur.lastrowid
-
-
-def finish_job_run(conn: sqlite3.Connection, run_id: int, ok: bool, summary: str = "", error: str | None = None) -> None:
-    with transaction(conn):
-        conn.execute(
-            "UPDATE job_runs SET finished = ?, ok = ?, summary = ?, error = ? WHERE id = ?",
-            (now_iso(), int(ok), summary, error, run_id),
-        )
 
 
 def storage_problem(path: str | Path, exc: BaseException) -> str:

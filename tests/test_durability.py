@@ -278,7 +278,7 @@ def test_content_killed_mid_write_leaves_the_old_pages_whole_and_the_next_run_re
             assert time.monotonic() < deadline
             time.sleep(0.1)
     ran = site.query("SELECT ok, error FROM job_runs WHERE name = 'content' AND id > ? ORDER BY id", (built,))
-    assert ran == [(0, db.ABANDONED), (0, db.ABANDONED), (1, None)]  # killed runs are closed as failed
+    assert ran == [(0, jobs.ABANDONED), (0, jobs.ABANDONED), (1, None)]  # killed runs are closed as failed
     assert site.query("SELECT count(*) FROM pages p JOIN page_vectors v ON v.path = p.path AND v.hash = p.hash "
                       "AND v.model = ?", (ranker.PAGE_REPRESENTATION,)) == site.query("SELECT count(*) FROM pages")
 
@@ -370,8 +370,8 @@ def test_photos_killed_mid_transaction_or_after_its_commit_recovers(tmp_path):
         assert_published_whole(site)
         assert site.integrity() == "ok"
     ran = site.query("SELECT ok, error FROM job_runs WHERE name = 'photos' ORDER BY id")
-    assert ran[:5] == [(1, None)] + [(0, db.ABANDONED), (1, None)] * 2
-    assert [r[0] for r in ran[5:]] == [0, 0, 1] and ran[5][1] == db.ABANDONED
+    assert ran[:5] == [(1, None)] + [(0, jobs.ABANDONED), (1, None)] * 2
+    assert [r[0] for r in ran[5:]] == [0, 0, 1] and ran[5][1] == jobs.ABANDONED
 
 
 def test_a_photos_commit_that_fails_leaves_the_copies_and_thumbnails_as_they_were(tmp_path):
@@ -535,7 +535,7 @@ def test_a_feed_killed_mid_write_keeps_its_last_data_and_the_next_run_replaces_i
     ok(site.run(name))
     assert site.rows(*tables) != before
     assert site.query("SELECT ok, error FROM job_runs WHERE name = ? ORDER BY id", (name,))[-2:] == [
-        (0, db.ABANDONED), (1, None)]
+        (0, jobs.ABANDONED), (1, None)]
 
 
 # -- two job processes, two schedulers ---------------------------------------------------------------

@@ -80,13 +80,13 @@ def test_an_unfinished_run_is_closed_as_failed_by_the_next_run_of_its_job(settin
     assert jobs.run_job(settings, "lens-caches")[0]
     rows = conn.execute("SELECT name, finished IS NOT NULL, ok, error FROM job_runs ORDER BY id").fetchall()
     conn.close()
-    assert [tuple(r) for r in rows] == [("lens-caches", 1, 0, db.ABANDONED), ("photos", 0, None, None),
+    assert [tuple(r) for r in rows] == [("lens-caches", 1, 0, jobs.ABANDONED), ("photos", 0, None, None),
                                         ("lens-caches", 1, 1, None)]
 
 
 def test_a_jobs_runs_older_than_its_history_are_forgotten_when_it_starts(settings):
     conn = db.writer(settings.db_path)
-    kept, old = db.now_iso((db.JOB_HISTORY_DAYS - 1) * 86400), db.now_iso((db.JOB_HISTORY_DAYS + 1) * 86400)
+    kept, old = db.now_iso((jobs.JOB_HISTORY_DAYS - 1) * 86400), db.now_iso((jobs.JOB_HISTORY_DAYS + 1) * 86400)
     with db.transaction(conn):
         conn.executemany("INSERT INTO job_runs(name, started, finished, ok) VALUES (?, ?, ?, 1)",
                          [("lens-caches", old, old), ("lens-caches", kept, kept), ("photos", old, old)])
