@@ -202,7 +202,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         # parameters it reads, and one a plain GET would be refused at (a required parameter
         # missing, no GET) as its section of the guide
         query = parse_qsl(query_string)
-        known.update((rule, openapi.get_target(rule, query)) for rule, _ in site.routes if "<" not in rule)
+        known.update((rule, openapi.get_target(rule, query)) for rule in site.routes if "<" not in rule)
         return pages.suggest(path, known, settings.public_base_url)
 
     R = site.route

@@ -327,6 +327,29 @@ def error_format(path: str, accept: str) -> str:
     return "html" if html_q > 0 or not accept.strip() else "json"
 
 
+@dataclass(frozen=True)
+class Route:
+    """A declared route and how it is served (`Site.route` makes one from app.py's keywords).
+
+    `methods`: those it answers (HEAD with GET, OPTIONS unless declared without). `may_not_exist`:
+    the rule is a template whose handler raises a 404 for a path that names nothing; it is then
+    asked first for OPTIONS and unserved methods. `error_fields`: what every error body of the
+    route carries, its 405 and 429 included (`ok: false`, `tracks: []`). `slots`: the handler runs
+    holding one (a 429 when the caller holds its share, a 503 when the process is at its total).
+    `error_body`: turns every error body of the route into the JSON it sends instead, status and
+    headers kept (/mcp: a JSON-RPC error response). `error_cache`: the Cache-Control of its 4xx
+    answers but 429 and an unserved API-Version's 400 (ERROR_CACHE, or no-store)."""
+    rule: str
+    methods: tuple[str, ...]
+    policy: str = "read"
+    cache: str = JSON_CACHE
+    may_not_exist: bool = False
+    error_fields: dict = field(default_factory=dict)
+    slots: WorkSlots | None = None
+    error_body: Callable[[dict], Any] | None = None
+    error_cache: str = NO_STORE
+
+
 class Site:
     """The Bottle app plus the shared conventions; app.py declares every route on it."""
 
@@ -349,33 +372,25 @@ class Site:
         ])
         self.static_headers = [("Link", link_header), ("Access-Control-Allow-Origin", "*"),
                                ("Access-Control-Expose-Headers", EXPOSED), ("X-Content-Type-Options", "nosniff")]
-        self.routes: list[tuple[str, tuple[str, ...]]] = []  # (rule, methods answered)
-        self._error_shapes: dict[str, tuple[dict, Callable | None]] = {}  # rule -> (error_fields, error_body)
+        self.routes: dict[str, Route] = {}  # rule -> Route, in the order declared
 
     # -- declaring routes ------------------------------------------------------------------------
     def route(self, rule: str, handler: Callable, methods: Iterable[str] = ("GET",), policy: str = "read",
               cache: str = JSON_CACHE, options: bool = True, may_not_exist: bool = False,
               error_fields: dict | None = None, slots: WorkSlots | None = None,
               error_body: Callable[[dict], Any] | None = None, error_cache: str = NO_STORE) -> None:
-        """`may_not_exist`: the rule is a template whose handler raises a 404 for a path that names
-        nothing; it is then asked first for OPTIONS and unserved methods. `error_fields`: what every
-        error body of the route carries, its 405 and 429 included (`ok: false`, `tracks: []`).
-        `slots`: the handler runs holding one (a 429 when the caller holds its share, a 503 when
-        the process is at its total). `error_body`: turns every error body of the route into the
-        JSON it sends instead, status and headers kept (/mcp: a JSON-RPC error response).
-        `error_cache`: the Cache-Control of its 4xx answers but 429 and an unserved API-Version's 400
-        (ERROR_CACHE, or no-store)."""
+        """Serve `rule` with `handler` (the keywords are the Route's fields; `options`: whether it
+        answers OPTIONS)."""
         allowed = list(dict.fromkeys(m.upper() for m in methods))
         if "GET" in allowed and "HEAD" not in allowed:
             allowed.insert(allowed.index("GET") + 1, "HEAD")
         if options and "OPTIONS" not in allowed:
             allowed.append("OPTIONS")
-        self.routes.append((rule, tuple(allowed)))
-        self._error_shapes[rule] = (error_fields or {}, error_body)
+        route = self.routes[rule] = Route(rule, tuple(allowed), policy, cache, may_not_exist, error_fields or {},
+                                          slots, error_body, error_cache)
 
         def endpoint(**url_args):
-            return self.serve(handler, url_args, tuple(allowed), policy, cache, may_not_exist, error_fields or {}, slots,
-                              error_body, error_cache)
+            return self.serve(handler, url_args, route)
 
         self.app.route(rule, method="ANY", callback=endpoint)
 
@@ -383,13 +398,14 @@ class Site:
         """The last route: `handler(path)` serves content pages or raises ApiError(404). A path that
         only adds a trailing '/' to a page or an endpoint (/about/, /mcp/) is a 308 to it, whatever
         the method: a 308 keeps a POST's body, and MCP clients follow one within the origin."""
+        moved = Route("/<path:path>", ANY_METHOD, cache=MOVED_CACHE, may_not_exist=True)
+        page = Route("/<path:path>", ("GET", "HEAD", "OPTIONS"), cache=PAGE_CACHE, may_not_exist=True)
+
         def endpoint(path=""):
             asked = "/" + path
             if asked != "/" and asked.endswith("/"):
-                return self.serve(lambda: self._moved(asked, handler), {}, ANY_METHOD, "read", MOVED_CACHE,
-                                  may_not_exist=True)
-            return self.serve(lambda: handler(asked), {}, ("GET", "HEAD", "OPTIONS"), "read", PAGE_CACHE,
-                              may_not_exist=True)
+                return self.serve(lambda: self._moved(asked, handler), {}, moved)
+            return self.serve(lambda: handler(asked), {}, page)
 
         self.app.route("/<path:path>", method="ANY", callback=endpoint)
         self.app.route("/", method="ANY", callback=endpoint)
@@ -413,7 +429,7 @@ class Site:
     def routed(self, path: str) -> bool:
         """Whether a declared route answers `path`, rather than the fallback that serves content pages."""
         route, _ = self.app.match({"PATH_INFO": path, "REQUEST_METHOD": "GET"})
-        return any(route.rule == rule for rule, _ in self.routes)
+        return route.rule in self.routes
 
     def wsgi(self, environ, start_response):
         """Sanity checks that come before routing, then Bottle."""
@@ -428,7 +444,7 @@ class Site:
                                "percent-encode the path's UTF-8 bytes.", "bad_path")
         if len(environ.get("QUERY_STRING", "")) > MAX_QUERY_BYTES:
             return self._early(environ, start_response, 414, f"The query string is longer than {MAX_QUERY_BYTES} "
-                               "bytes; send shorter parameters.", "uri_too_long", *self._error_shape(path))
+                               "bytes; send shorter parameters.", "uri_too_long", self._route_for(path))
         convention_headers = environ[CONVENTION_HEADERS] = list(self.static_headers)
 
         def start(status, headers, exc_info=None):
@@ -439,57 +455,53 @@ class Site:
         return self.app(environ, start)
 
     # -- serving ---------------------------------------------------------------------------------
-    def serve(self, handler, url_args, allowed, policy, cache, may_not_exist=False, error_fields=None, slots=None,
-              error_body=None, error_cache=NO_STORE):
+    def serve(self, handler: Callable, url_args: dict, route: Route):
         request, response = bottle.request, bottle.response
         method = request.method.upper()
         unserved_version = version_refusal(header("API-Version", None))
         try:
-            if may_not_exist and (method == "OPTIONS" or method not in allowed or unserved_version):
+            if route.may_not_exist and (method == "OPTIONS" or method not in route.methods or unserved_version):
                 handler(**url_args)  # raises the 404 of a path that names nothing; a real one goes on to its 204, 405 or 400
-            if method == "OPTIONS" and "OPTIONS" in allowed:
+            if method == "OPTIONS" and "OPTIONS" in route.methods:
                 response.status = 204
                 request.environ[CONVENTION_HEADERS] += [
-                    ("Allow", ", ".join(allowed)), ("Access-Control-Allow-Methods", ", ".join(allowed)),
+                    ("Allow", ", ".join(route.methods)), ("Access-Control-Allow-Methods", ", ".join(route.methods)),
                     ("Access-Control-Allow-Headers", "*"), ("Access-Control-Max-Age", "86400")]
                 return b""
-            if method not in allowed:
-                raise method_refusal(request.path, method, allowed)
+            if method not in route.methods:
+                raise method_refusal(request.path, method, route.methods)
             if unserved_version:
                 raise unserved_version
-            if request.environ.get(PAID_POLICY) != policy:
-                decision = self.limiter.hit(policy, caller())
+            if request.environ.get(PAID_POLICY) != route.policy:
+                decision = self.limiter.hit(route.policy, caller())
                 request.environ[CONVENTION_HEADERS] += decision.headers()
                 if not decision.allowed:
                     raise rate_refusal(decision)
-            if slots is None:
+            if route.slots is None:
                 result = handler(**url_args)
             else:
                 try:
-                    with slots.slot(caller()):
+                    with route.slots.slot(caller()):
                         result = handler(**url_args)
                 except SlotsFull as full:
-                    raise slots_refusal(full, slots) from None
+                    raise slots_refusal(full, route.slots) from None
         except ApiError as exc:
             if exc.limit is not None:
                 self._over_limit(exc.limit)
             # Only an error the URL alone decides may be kept for everyone: a 429 is the caller's, an
             # unserved API-Version the request header's (which no Vary names).
             cacheable = 400 <= exc.status < 500 and exc.status != 429 and exc.body.get("code") != "unsupported_api_version"
-            stored = error_cache if cacheable else NO_STORE
-            return self._error(exc, error_fields, error_body, stored)
+            return self._error(exc, route, route.error_cache if cacheable else NO_STORE)
         except sqlite3.Error as exc:  # site.db missing, emptied, damaged or unreadable until the jobs rebuild it
             log.error("On %s %s: %s", method, request.path, db.storage_problem(self.settings.db_path, exc))
             return self._error(ApiError(503, "The site's database cannot be read right now; try again in a minute.",
-                                        code="storage_unavailable", headers={"Retry-After": "60"}), error_fields,
-                               error_body)
+                                        code="storage_unavailable", headers={"Retry-After": "60"}), route)
         except Exception:
             incident = uuid.uuid4().hex[:12]
             log.exception("unhandled error %s on %s %s", incident, method, request.path)
             return self._error(ApiError(500, f"Something broke on our side while answering this request "
-                                        f"(incident {incident}); try again later.", code="internal_error"),
-                               error_fields, error_body)
-        return self._reply(result, cache)
+                                        f"(incident {incident}); try again later.", code="internal_error"), route)
+        return self._reply(result, route.cache)
 
     @staticmethod
     def _over_limit(limit: Decision) -> None:
@@ -532,10 +544,9 @@ class Site:
         for name, value in headers.items():
             bottle.response.set_header(name, value)
 
-    def _error(self, exc: ApiError, error_fields: dict | None = None, error_body: Callable[[dict], Any] | None = None,
-               cache: str = NO_STORE):
+    def _error(self, exc: ApiError, route: Route, cache: str = NO_STORE):
         request, response = bottle.request, bottle.response
-        body = {**(error_fields or {}), **exc.body}
+        body = {**route.error_fields, **exc.body}
         if exc.status == 404:
             body = {"ok": False, **body}
             body.setdefault("hint", NOT_FOUND_HINT)
@@ -543,9 +554,9 @@ class Site:
         body.setdefault("docs", self.settings.url(DOCS_PATH))
         response.status = exc.status
         self._send_headers({"Cache-Control": cache, **exc.headers})
-        if error_body is not None:
+        if route.error_body is not None:
             response.content_type = "application/json"
-            return json_bytes(error_body(body))
+            return json_bytes(route.error_body(body))
         fmt = "json"
         if exc.status == 404:  # a 404's format follows Accept
             response.set_header("Vary", "Accept")
@@ -559,21 +570,21 @@ class Site:
             response.set_header(name, value)
         return text.encode("utf-8", "replace")
 
-    def _error_shape(self, path: str) -> tuple[dict, Callable | None]:
-        """The error fields and body shape of the route that would answer `path` (none: the fallback's)."""
+    def _route_for(self, path: str) -> Route | None:
+        """The declared route that would answer `path` (None: the fallback)."""
         try:
             route, _ = self.app.match({"PATH_INFO": path, "REQUEST_METHOD": "GET"})
         except bottle.HTTPError:
-            return {}, None
-        return self._error_shapes.get(route.rule, ({}, None))
+            return None
+        return self.routes.get(route.rule)
 
-    def _early(self, environ, start_response, status, error, code, error_fields=None, error_body=None):
+    def _early(self, environ, start_response, status, error, code, route: Route | None = None):
         """An error answered before routing, in the route's shape where one is known."""
-        body = {**(error_fields or {}), "error": error, "code": code, "status": status,
+        body = {**(route.error_fields if route else {}), "error": error, "code": code, "status": status,
                 "docs": self.settings.url(DOCS_PATH)}
-        if error_body is not None:
+        if route is not None and route.error_body is not None:
             bottle.request.bind(environ)  # the shape may read the request (/mcp: the message's id)
-            body = error_body(body)
+            body = route.error_body(body)
         body = json_bytes(body)
         start_response(f"{status} {bottle.HTTP_CODES.get(status, '')}", [
             ("Content-Type", "application/json"), ("Content-Length", str(len(body))),

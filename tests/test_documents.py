@@ -341,11 +341,11 @@ def test_openapi_declares_every_tag_and_the_headers_of_every_answer(api):
 def test_openapi_describes_every_route(site_settings, api):
     from app import make_app
     doc = api.get("/openapi.json").json()
-    for rule, methods in make_app(site_settings).routes:
+    for rule, route in make_app(site_settings).routes.items():
         template = re.sub(r"<(\w+)(:[^>]*)?>", r"{\1}", rule)
         assert template in doc["paths"], rule
         documented = {m.upper() for m in doc["paths"][template] if m in ("get", "post", "put", "delete", "patch")}
-        assert documented <= set(methods), rule
+        assert documented <= set(route.methods), rule
 
 
 def test_developer_guide_curl_examples_work(site_settings, checker):
