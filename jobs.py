@@ -172,7 +172,7 @@ def overdue(conn, name: str, trigger: CronTrigger, now: datetime) -> bool:
     (finished,) = conn.execute("SELECT max(finished) FROM job_runs WHERE name = ? AND ok = 1", (name,)).fetchone()
     if finished is None:
         return True
-    due = trigger.get_next_fire_time(None, datetime.fromisoformat(finished))
+    due = trigger.get_next_fire_time(None, db.parse_iso(finished))
     return due is not None and due <= now
 
 
@@ -321,7 +321,7 @@ def status(settings: Settings) -> int:
             state = (f"ok {row['finished']}: {row['summary']}" if row["ok"] else
                      f"FAILED {row['finished']}: {row['error']}")
             # from its end: a run longer than its interval makes the scheduler skip the fires it overlapped
-            due = next_due(name, datetime.fromisoformat(row["finished"]))
+            due = next_due(name, db.parse_iso(row["finished"]))
             if now - due > LATE_AFTER:  # a run that could not record itself (a full disk) leaves no row
                 state = (f"{state} | no run recorded since, though one was due {due:%Y-%m-%dT%H:%M:%SZ}: is the "
                          "scheduler running, and can it write site.db?")

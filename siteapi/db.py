@@ -25,6 +25,7 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 
 from siteapi import files
@@ -390,9 +391,20 @@ def _column_changes(conn: sqlite3.Connection, module) -> list[str]:
     return statements
 
 
+def iso_at(seconds: float) -> str:
+    """A Unix time as site.db stores times, UTC to the second: 2026-11-21T08:17:00Z."""
+    # isoformat, not strftime: glibc's %Y writes year 5 as "5"
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def now_iso(ago_s: float = 0) -> str:
-    """UTC now (or `ago_s` seconds before) as site.db stores times: 2026-11-21T08:17:00Z."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - ago_s))
+    """UTC now (or `ago_s` seconds before) as site.db stores times."""
+    return iso_at(time.time() - ago_s)
+
+
+def parse_iso(stored: str) -> datetime:
+    """A time as site.db stores it (iso_at), as an aware UTC datetime."""
+    return datetime.fromisoformat(stored)
 
 
 def storage_problem(path: str | Path, exc: BaseException) -> str:

@@ -421,7 +421,7 @@ def changes(conn: sqlite3.Connection, limit=50, now: dt.datetime | None = None) 
                        code="storage_unavailable", headers={"Retry-After": "60"}, available=False, changes=[]) from None
 
     def age(iso: str) -> int:
-        return int(now_ms - dt.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
+        return int(now_ms - db.parse_iso(iso).timestamp() * 1000)
 
     body = {
         "ok": True,

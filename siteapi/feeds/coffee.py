@@ -428,8 +428,7 @@ def run_calendar(settings, now: dt.datetime | None = None) -> str:
     window_end = now + r["horizon"] + EXPAND_MARGIN
     spans = expand(fetch_ics(url, r["timeout"]), zone, now - dt.timedelta(days=1), window_end,
                    r["expand_seconds"], r["expand_mb"])
-    # isoformat, not strftime: glibc's %Y writes year 5 as "5"
-    iso = lambda ms: dt.datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    iso = lambda ms: db.iso_at(ms / 1000)
     now_ms = int(now.timestamp() * 1000)
     conn = db.writer(settings.db_path)
     try:

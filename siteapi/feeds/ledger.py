@@ -328,7 +328,7 @@ def ledger(conn: sqlite3.Connection, settings, now: dt.datetime | None = None) -
     if state is None:
         raise ApiError(502, "The access log behind the crawler ledger has not been read yet; try again later.",
                        code="upstream_failed", **body)
-    read_at = dt.datetime.strptime(state["read_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    read_at = db.parse_iso(state["read_at"])
     if (now - read_at).total_seconds() > stale_after:
         raise ApiError(502, unreadable, code="upstream_failed", read_at=state["read_at"], **body)
     total = sum(i["hits"] for i in items)
