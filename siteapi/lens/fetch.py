@@ -96,6 +96,7 @@ _DENIED_NETWORKS = [(ipaddress.ip_network(net), label) for net, label in [
     ("64:ff9b::/96", "a NAT64 address"), ("64:ff9b:1::/48", "a NAT64 address"),
     ("100::/64", "a discard-only address"),
     ("2001::/32", "a Teredo address"), ("2001:db8::/32", "a documentation address"),
+    ("3fff::/20", "a documentation address"),  # RFC 9637 (2024), inside 2000::/3
     ("2001::/23", "a reserved protocol address"),
     ("2002::/16", "a 6to4 address"),
     ("fc00::/7", "a private (unique local) address"),
