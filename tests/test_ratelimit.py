@@ -153,6 +153,17 @@ def test_untrusted_forwarded_for_is_ignored(site_settings):
     assert codes == [200, 200, 429]  # spoofed addresses do not buy a fresh budget
 
 
+def test_the_caller_is_the_forwarded_for_entry_the_trusted_proxy_wrote(site_settings):
+    """Only the last X-Forwarded-For entry is the edge's; what the client wrote before it buys no
+    fresh budget, should an edge ever append rather than replace (mutation_audit24 M70)."""
+    settings = dataclasses.replace(site_settings, rates={**site_settings.rates, "read": RatePolicy("read", 2, 60)})
+    with serve_wsgi(make_app(settings).wsgi) as base:
+        codes = [requests.get(base + "/robots.txt", headers={"X-Forwarded-For": f"192.0.2.{i}, 203.0.113.9"},
+                              timeout=30).status_code for i in range(3)]
+        other = requests.get(base + "/robots.txt", headers={"X-Forwarded-For": "192.0.2.1, 203.0.113.10"}, timeout=30)
+    assert codes == [200, 200, 429] and other.status_code == 200
+
+
 def test_memory_windows_move_and_forget_idle_callers():
     from siteapi import ratelimit
 

@@ -137,6 +137,14 @@ def test_long_q_is_truncated_not_rejected(api):
     assert r.status_code == 200 and len(r.json()["query"]) == 160
 
 
+def test_twelve_terms_are_read(api):
+    """API.md 9: the first 12 terms are searched (OR-ed into one MATCH), what follows is not read."""
+    misses = " ".join(f"zq{chr(97 + i)}" for i in range(12))
+    assert api.get("/search.json", params={"q": "carburetor"}).json()["total"] > 0
+    assert api.get("/search.json", params={"q": f"{misses} carburetor"}).json()["total"] == 0
+    assert api.get("/search.json", params={"q": f"{misses[4:]} carburetor"}).json()["total"] > 0
+
+
 @pytest.mark.parametrize("q", ['"', "' OR 1=1 --", "NEAR(a b)", "col:title", "*", "a AND", "%_%", "\u0000x", "🙂 emoji"])
 def test_fts_syntax_in_q_is_literal(api, q):
     r = api.get("/search.json", params={"q": q})
