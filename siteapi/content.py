@@ -16,13 +16,14 @@ import html
 import json
 import os
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from markdown_it import MarkdownIt
 
-from siteapi import db, openapi, ranker
+from siteapi import db, graphemes, openapi, ranker
 
 KINDS = ("page", "writing", "document", "utility")
 
@@ -62,7 +63,7 @@ CREATE TABLE IF NOT EXISTS site_files (
 markdown = MarkdownIt("commonmark", {"typographer": False}).enable("table")
 # Part of every page's hash: bump it when plain_text() changes, so the next content run re-reads every
 # page (and the ranker re-embeds it) instead of keeping text made the old way until the file changes.
-TEXT_EXTRACTION = "text-v4"
+TEXT_EXTRACTION = "text-v5"
 _TAGS = re.compile(r"<[^>]+>")
 # Tags inside a line of text (a link, emphasis, code): they join what is around them, so a link
 # before a full stop does not leave "carburetors ." in the text; any other tag is a break between words.
@@ -211,7 +212,7 @@ def parse_file(file: Path, root: Path) -> Page:
     if meta["kind"] not in KINDS:
         raise ContentError(f"{rel} line {key_line(front, 'kind')}: kind must be one of {', '.join(KINDS)}, "
                            f"not {meta['kind']!r}.")
-    path = meta["path"].strip()
+    path = unicodedata.normalize("NFC", meta["path"].strip())  # as keyboards and browsers spell it
     if not path.startswith("/") or path.endswith(".md") or (path != "/" and path.endswith("/")):
         raise ContentError(f"{rel} line {key_line(front, 'path')}: path must start with '/' and not end with '/' "
                            f"or '.md', not {path!r}.")
@@ -235,8 +236,8 @@ def parse_file(file: Path, root: Path) -> Page:
     text = plain_text(body)
     return Page(
         path=path,
-        title=one_line(meta["title"])[:140],
-        description=one_line(meta.get("description") or shown(text)[:240])[:240],
+        title=graphemes.cut(one_line(meta["title"]), 140),
+        description=graphemes.cut(one_line(meta.get("description") or graphemes.cut(shown(text), 240)), 240),
         kind=meta["kind"],
         date=date,
         body=body,

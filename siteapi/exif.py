@@ -19,11 +19,14 @@ from fractions import Fraction
 
 import exiv2
 
+from siteapi import graphemes
+
 # Bump RULES when what read_metadata makes of a file changes (the mapping below, dimensions,
 # dates): rows read under other rules are re-read. 2: displayed orientation, real dates only.
 # 3: text that is not UTF-8 read as windows-1252, the digitized date before the file's, no camera
-# boilerplate or control characters in captions.
-RULES = 3
+# boilerplate or control characters in captions. 4: a long caption cut between the characters a
+# reader sees (siteapi/graphemes.py), not inside one.
+RULES = 4
 EXTRACTOR = "exiv2"
 EXTRACTOR_VERSION = f"libexiv2 {exiv2.version()}; python-exiv2 {exiv2.__version__}; rules {RULES}"
 
@@ -205,7 +208,7 @@ def _clean_caption(text: str | None, camera: tuple[str | None, ...] = ()) -> str
         return None
     if len(text) <= ALT_MAX:
         return text or None
-    cut = text[: ALT_MAX - 1]
+    cut = graphemes.cut(text, ALT_MAX - 1)
     if " " in cut[ALT_MAX // 2:]:
         cut = cut[: cut.rindex(" ")]
     return cut.rstrip(" ,;:.-") + "…"

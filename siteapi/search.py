@@ -5,7 +5,7 @@ import re
 import sqlite3
 import unicodedata
 
-from siteapi import db
+from siteapi import db, graphemes
 from siteapi.content import shown
 from siteapi.pages import page_url
 from siteapi.web import ApiError, Reply, cached_json, clamp_int
@@ -137,11 +137,11 @@ def snippet(text: str, pattern: re.Pattern) -> str:
     start = max(0, match.start() - SNIPPET_BEFORE) if match else 0
     if start > 0 and not text[start - 1].isspace():
         space = text.find(" ", start, match.start())
-        start = space + 1 if space != -1 else start
+        start = space + 1 if space != -1 else graphemes.start_at(text, start)
     end = min(len(text), start + SNIPPET_LENGTH)
     if end < len(text) and not text[end].isspace():
         space = text.rfind(" ", start, end)
-        end = space if space > (match.end() if match else start) else end
+        end = space if space > (match.end() if match else start) else graphemes.end_at(text, end)
     piece = text[start:end].strip(" ·")  # a window cut beside a block's end keeps no dangling " · "
     return ("…" if start > 0 else "") + piece + ("…" if end < len(text) else "")
 
