@@ -374,3 +374,12 @@ def test_links_that_cannot_be_resolved_are_skipped_not_fatal():
     links = {(link["rel"], link["href"]) for link in result.structured["relLinks"]}
     assert links == {("icon", "https://shop.example/icon.png"), ("llms-txt", "https://shop.example/llms.txt")}
     assert result.anatomy["wordCount"] > 0
+
+
+def test_chinese_and_japanese_words_are_counted_by_character():
+    """They write no spaces between words: 900 characters of Japanese counted as one word, and the
+    readiness check "A body with words in it" scored such a page half (unicode_audit24 L3)."""
+    body = ("<html><body><p>" + "東京の写真を見てください。" * 3 + "</p><p>Fujifilm X100V — 2024</p></body></html>").encode()
+    seen = page.analyse(body, "text/html; charset=utf-8", {}, "https://example.jp/")
+    assert seen.anatomy["wordCount"] == 3 * 12 + 3  # each Han or kana, then Fujifilm X100V 2024; 。 and — are no words
+    assert page.word_count(["plain", "words,", "—", "a1"]) == 3

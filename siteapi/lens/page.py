@@ -239,7 +239,7 @@ def analyse(body: bytes, content_type: str, headers: dict, url: str, parse_bytes
         text, _ = decode_text(body, content_type, sniff_meta=False)
         words = text.split()
         anatomy = _anatomy(raw=text[:RAW_HTML_CHARS], raw_bytes=len(body), text=" ".join(words)[:TEXT_CHARS],
-                           word_count=len(words))
+                           word_count=word_count(words))
         strings = {"text": " ".join(words), "raw": text}
         if mime_of(content_type) == "text/markdown":
             strings["markdown"] = text
@@ -264,7 +264,7 @@ def analyse(body: bytes, content_type: str, headers: dict, url: str, parse_bytes
     markdown = _markdown(html)
     words = visible_words(tree)
     text = " ".join(words)
-    anatomy = _anatomy(raw=html[:RAW_HTML_CHARS], raw_bytes=len(body), text=text[:TEXT_CHARS], word_count=len(words),
+    anatomy = _anatomy(raw=html[:RAW_HTML_CHARS], raw_bytes=len(body), text=text[:TEXT_CHARS], word_count=word_count(words),
                        images=len(images), images_no_alt=sum(1 for n in images if "alt" not in n.attributes),
                        headings=headings)
     anatomy["parsedBytes"] = len(parsed)
@@ -284,6 +284,21 @@ def visible_words(tree: LexborHTMLParser) -> list[str]:
     tree.strip_tags(["script", "style", "noscript", "template", "svg"])
     root = tree.body or tree.root
     return (root.text(separator=" ") if root is not None else "").split()
+
+
+# Chinese and Japanese write no spaces between words: each Han or kana character counts as one, as
+# word processors count them (a page of 900 Japanese characters had counted as one word).
+_UNSPACED = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
+
+
+def word_count(words: list[str]) -> int:
+    """How many words `words` (runs between spaces) hold, a Han or kana character being one."""
+    total = 0
+    for word in words:
+        unspaced = len(_UNSPACED.findall(word))
+        rest = _UNSPACED.sub("", word) if unspaced else word
+        total += unspaced + any(char.isalnum() for char in rest)
+    return total
 
 
 def _anatomy(raw: str, raw_bytes: int, text: str, word_count: int, images: int = 0, images_no_alt: int = 0,
