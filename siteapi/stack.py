@@ -143,7 +143,9 @@ def commands_and_env(settings, ports: dict[str, int], caddy: str | None) -> tupl
     if caddy:
         access_log = Path(settings.access_log or ROOT / "var" / "access.log")
         access_log.parent.mkdir(parents=True, exist_ok=True)
-        access_log.touch()  # the ledger job may read before Caddy's first request creates it
+        # The ledger job may read before Caddy's first request creates it; made here, it is the
+        # user's alone, as in production (0640, group site): it holds callers' addresses and headers.
+        access_log.touch(mode=0o600)
         env.update({"SITE_ADDRESS": f":{ports['caddy']}", "CADDY_BIND": os.environ.get("CADDY_BIND", "127.0.0.1"),
                     # No admin endpoint: on its default localhost:2019 it would share the port with any
                     # other Caddy there (Debian's own caddy.service), whose reloads could land on this one.

@@ -797,6 +797,7 @@ def test_access_log_is_json_lines_without_query_strings(stack):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and "Privacy/1.0" not in (log.read_text() if log.exists() else ""):
         time.sleep(0.2)
+    assert log.stat().st_mode & 0o077 == 0  # addresses and headers: the user's alone (sec_audit24 #6)
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     bot = [e for e in entries if "GPTBot/1.2" in e["request"]["headers"].get("User-Agent", [""])[0]]
     assert bot and bot[-1]["request"]["uri"] == "/about" and bot[-1]["status"] == 200
