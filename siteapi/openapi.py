@@ -83,6 +83,16 @@ def get_target(path: str, query: list[tuple[str, str]] = ()) -> str:
     return f"/developers#{(op or next(item[m] for m in METHODS if m in item))['operationId']}"
 
 
+@functools.lru_cache(maxsize=None)
+def query_names(path: str) -> frozenset[str]:
+    """The query parameters route `path` reads (any of its operations); none for a route the
+    document does not list."""
+    doc = load()
+    item = doc["paths"].get(path, {})
+    return frozenset(p["name"] for method in METHODS if method in item
+                     for p in parameters(doc, item[method]) if p.get("in") == "query")
+
+
 def api_endpoints() -> list[tuple[str, str, str]]:
     """(summary, target, note) per JSON API operation: a GET's example request (followed, it answers
     200, where the bare path may be a 400 for a missing parameter), another method's section of the

@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, quote
 
 import bottle
 
-from siteapi import db
+from siteapi import db, openapi
 from siteapi.ratelimit import Decision, RateLimiter, SlotsFull, WorkSlots, address_key
 
 log = logging.getLogger("siteapi")
@@ -157,25 +157,33 @@ _UNDECODED = re.compile("[\udc80-\udcff]")
 
 
 @functools.lru_cache(maxsize=512)  # repeated query strings are the common case; parsing is a tenth of a request
-def _query_pairs(query_string: str) -> tuple[tuple[str, str], ...]:
+def _query_pairs(query_string: str) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """(name, value) pairs that are UTF-8 once their %-escapes are decoded, and the names of those
+    that are not (shown with U+FFFD for the bytes that are not)."""
     try:
-        pairs = tuple(parse_qsl(query_string, keep_blank_values=True, errors="surrogateescape",
-                                max_num_fields=MAX_FIELDS))
+        pairs = parse_qsl(query_string, keep_blank_values=True, errors="surrogateescape", max_num_fields=MAX_FIELDS)
     except ValueError:
         raise ApiError(400, f"The query string has more than {MAX_FIELDS} parameters; send only the ones "
                        "the endpoint reads (see /openapi.json).", code="too_many_parameters") from None
-    for key, value in pairs:
-        if _UNDECODED.search(key) or _UNDECODED.search(value):
-            name = key.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-            raise ApiError(400, f"Parameter {name} is not UTF-8 once its %-escapes are decoded; percent-encode "
-                           "the UTF-8 bytes of its text (é is %C3%A9).", code="invalid_parameter", parameter=name)
-    return pairs
+    undecoded = tuple(key.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                      for key, value in pairs if _UNDECODED.search(key) or _UNDECODED.search(value))
+    return tuple(pair for pair in pairs if not (_UNDECODED.search(pair[0]) or _UNDECODED.search(pair[1]))), undecoded
 
 
 def params() -> dict[str, str]:
-    """The query string as text, first value of each name; a 400 for a name or value not UTF-8."""
+    """The query string as text, first value of each name. A parameter the route reads whose name
+    or value is not UTF-8 is a 400; one it does not read (a tracker's, say) is left out, as any
+    parameter the route does not read is ignored."""
+    pairs, undecoded = _query_pairs(bottle.request.environ.get("QUERY_STRING", ""))
+    if undecoded:
+        read = openapi.query_names(bottle.request.route.rule)
+        for name in undecoded:
+            if name in read:
+                raise ApiError(400, f"Parameter {name} is not UTF-8 once its %-escapes are decoded; percent-"
+                               "encode the UTF-8 bytes of its text (é is %C3%A9).", code="invalid_parameter",
+                               parameter=name)
     out: dict[str, str] = {}
-    for key, value in _query_pairs(bottle.request.environ.get("QUERY_STRING", "")):
+    for key, value in pairs:
         out.setdefault(key, value)
     return out
 
