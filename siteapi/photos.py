@@ -194,17 +194,19 @@ class _Index:
 
     def term_mask(self, field_name: str, term: str) -> np.ndarray:
         """Rows whose field holds a token that starts with the term or its plural stem, a token of
-        5+ characters the term starts with, or (for a term with a digit) a token holding the term."""
+        5+ characters the term starts with, or (for a term with a digit) a token holding the term;
+        the term in each of its spellings (search.spellings)."""
         vocab, postings = self.vocab[field_name], self.postings[field_name]
         tokens = set()
-        for start in {term, _plural_stem(term)}:
-            i = bisect.bisect_left(vocab, start)
-            while i < len(vocab) and vocab[i].startswith(start):
-                tokens.add(vocab[i])
-                i += 1
-        tokens.update(term[:k] for k in range(5, len(term)) if term[:k] in postings)
-        if any(ch.isdigit() for ch in term):
-            tokens.update(token for token in vocab if term in token)
+        for spelling in search.spellings(term):  # Straße and STRASSE, as the site search reads them
+            for start in {spelling, _plural_stem(spelling)}:
+                i = bisect.bisect_left(vocab, start)
+                while i < len(vocab) and vocab[i].startswith(start):
+                    tokens.add(vocab[i])
+                    i += 1
+            tokens.update(spelling[:k] for k in range(5, len(spelling)) if spelling[:k] in postings)
+            if any(ch.isdigit() for ch in spelling):
+                tokens.update(token for token in vocab if spelling in token)
         mask = np.zeros(self.size, dtype=bool)
         for token in tokens:
             mask[postings[token]] = True

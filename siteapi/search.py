@@ -114,10 +114,9 @@ def _stem(word: str) -> str:
 
 
 def spellings(word: str) -> list[str]:
-    """`word`, and with an ß or an ss, the word spelled with the other: unicode61 folds neither, so
-    Straße and STRASSE are different words to the index."""
-    other = word.replace("ß", "ss") if "ß" in word else word.replace("ss", "ß")
-    return [word, other] if other != word else [word]
+    """`word`, and with an ß or an ss, the word spelled with ss throughout and with ß throughout:
+    unicode61 folds neither, so Straße and STRASSE are different words to the index."""
+    return list(dict.fromkeys((word, word.replace("ß", "ss"), word.replace("ss", "ß"))))
 
 
 def stems_pattern(words: list[str]) -> re.Pattern:

@@ -301,10 +301,11 @@ def test_token_matching_rules():
 
 @pytest.fixture(scope="module")
 def marked(tmp_path_factory, checker):
-    """Four demo photos, the cathedral's sidecar caption rewritten in Hindi with a Turkish İ, served live."""
+    """Four demo photos, the cathedral's sidecar caption rewritten in Hindi with a Turkish İ and a ß, served live."""
     settings = make_settings(tmp_path_factory.mktemp("marked"))
     paths = demo_photos.generate(settings.photos_dir, count=4)
-    paths[3].with_suffix(".txt").write_text("हिन्दी में कैप्शन: the cathedral in İstanbul\n", encoding="utf-8")
+    paths[3].with_suffix(".txt").write_text("हिन्दी में कैप्शन: the cathedral in İstanbul on the Hauptstraße\n",
+                                            encoding="utf-8")
     ingest.run_photos(settings)
     with serve_wsgi(make_app(settings).wsgi) as base:
         yield Client(base, checker)
@@ -316,6 +317,12 @@ def test_caption_words_with_combining_marks_match_as_the_site_search_reads_them(
     body = marked.get("/photos/query.json", params={"q": q}).json()
     assert body["ranking"] == {"mode": "all-terms", "terms": [term], "semantic": False}
     assert stems(body) == ["DSCF0104"]
+
+
+@pytest.mark.parametrize("q", ["hauptstraße", "HAUPTSTRASSE", "Hauptstrasse"])
+def test_caption_words_are_found_in_either_spelling_of_sharp_s(marked, q):
+    """As the site search finds them (review24 M2)."""
+    assert stems(marked.get("/photos/query.json", params={"q": q}).json()) == ["DSCF0104"]
 
 
 SEA = {"DSCF0101", "DSCF0102", "DSCF0109", "DSCF0116", "DSCF0118"}  # harbour, beach, pier, beach huts, beach
