@@ -16,6 +16,7 @@ import hashlib
 import html
 import re
 import sqlite3
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -130,7 +131,8 @@ def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str, route
     """A content page at its path (HTML, or Markdown when asked), or its `.md` twin, which names the
     page as canonical. The HTML names the twin unless an app route answers the twin's path."""
     twin = path.endswith(".md")
-    lookup = ("/" if path == TWIN_OF_HOME else path[:-3]) if twin else path
+    # composed, as content.py stores paths: a link spelled decomposed (e + U+0301) finds the page too
+    lookup = unicodedata.normalize("NFC", ("/" if path == TWIN_OF_HOME else path[:-3]) if twin else path)
     # "/.md" is no page's path plus .md: the home page's twin is /index.md alone
     row = None if twin and lookup.endswith("/") and path != TWIN_OF_HOME else page_row(conn, lookup)
     if row is None:

@@ -75,5 +75,6 @@ def test_a_path_written_decomposed_is_served_at_its_composed_url(tmp_path):
     with serve_wsgi(make_app(settings).wsgi) as base:
         assert requests.get(base + "/writing/caf%C3%A9", timeout=30).status_code == 200
         assert requests.get(base + "/writing/caf%C3%A9.md", timeout=30).status_code == 200
+        assert requests.get(base + "/writing/cafe%CC%81", timeout=30).status_code == 200  # its old URL still answers
         found = requests.get(base + "/search.json", params={"q": "espresso"}, timeout=30).json()["results"]
         assert [r["url"] for r in found] == ["https://aadhar.sh/writing/caf%C3%A9"]

@@ -383,3 +383,4 @@ def test_chinese_and_japanese_words_are_counted_by_character():
     seen = page.analyse(body, "text/html; charset=utf-8", {}, "https://example.jp/")
     assert seen.anatomy["wordCount"] == 3 * 12 + 3  # each Han or kana, then Fujifilm X100V 2024; 。 and — are no words
     assert page.word_count(["plain", "words,", "—", "a1"]) == 3
+    assert page.word_count(["カメラ・レンズ", "ｶﾒﾗ"]) == 6 + 3  # the middle dot is no word; half-width kana are

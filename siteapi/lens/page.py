@@ -288,7 +288,8 @@ def visible_words(tree: LexborHTMLParser) -> list[str]:
 
 # Chinese and Japanese write no spaces between words: each Han or kana character counts as one, as
 # word processors count them (a page of 900 Japanese characters had counted as one word).
-_UNSPACED = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
+_UNSPACED = re.compile("[\u3040-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f"
+                       "\U00020000-\U0003134f]")  # not the middle dot ・ (U+30FB); half-width kana too
 
 
 def word_count(words: list[str]) -> int:
