@@ -389,6 +389,8 @@ class Site:
               error_body: Callable[[dict], Any] | None = None, error_cache: str = NO_STORE) -> None:
         """Serve `rule` with `handler` (the keywords are the Route's fields; `options`: whether it
         answers OPTIONS)."""
+        if rule in self.routes:  # Bottle would route the first, the error shapes follow the second
+            raise ValueError(f"{rule} is declared twice; declare each route once.")
         allowed = list(dict.fromkeys(m.upper() for m in methods))
         if "GET" in allowed and "HEAD" not in allowed:
             allowed.insert(allowed.index("GET") + 1, "HEAD")
