@@ -501,7 +501,7 @@ def _toml_value(value) -> str:
     return json.dumps(str(value))
 
 
-def make_settings(tmp_path, feeds: dict | None = None, access_log: str = ""):
+def feeds_settings(tmp_path, feeds: dict | None = None, access_log: str = ""):
     """A real site.toml in `tmp_path` with a `[feeds]` table, loaded the way the app loads it."""
     from siteapi.config import load_settings
 

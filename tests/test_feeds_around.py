@@ -20,7 +20,7 @@ from siteapi.feeds.around import ROSTER, changes, report, roster, run_around
 from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
 from siteapi.lens.fetch import AddressPolicy, Fetcher
 from siteapi.web import ApiError
-from tests.feeds_servers import FirmServer, make_settings
+from feeds_servers import FirmServer, feeds_settings
 
 
 def loopback_fetcher(settings) -> Fetcher:
@@ -51,7 +51,7 @@ def firms():
 
 def settings_for(tmp_path, firms):
     entries = [{"name": name, "url": server.url + ("/old" if name == "Gamma" else "/")} for name, server in firms.items()]
-    return make_settings(tmp_path, {"around_roster": entries})
+    return feeds_settings(tmp_path, {"around_roster": entries})
 
 
 def reader(settings):
@@ -99,7 +99,7 @@ def test_each_redirect_hop_is_asked_of_its_own_robots_txt(tmp_path):
         servers["Moved"].redirect_to = "/home"
         servers["Fine"].redirect_to = servers["Target"].url + "/en/home"
         entries = [{"name": name, "url": servers[name].url + "/"} for name in ("Vanity", "Moved", "Fine")]
-        settings = make_settings(tmp_path, {"around_roster": entries})
+        settings = feeds_settings(tmp_path, {"around_roster": entries})
         ports = frozenset(("127.0.0.1", urlsplit(server.url).port) for server in servers.values())
         fetcher = Fetcher(policy=AddressPolicy(allow=ports), resolve=lambda host, t: ["127.0.0.1"], timeout_s=3.0)
         assert run_around(settings, fetcher=fetcher).startswith("crawled 3 firms: 1 read, 2 skipped by robots")
@@ -213,7 +213,7 @@ def test_a_run_without_robots_txt_observes_nothing_and_changes_nothing(tmp_path,
 def test_a_homepage_in_another_charset_is_read_in_it(tmp_path):
     server = FirmServer("Café Crème Capital – Fonds", encoding="windows-1252")
     try:
-        settings = make_settings(tmp_path, {"around_roster": [{"name": "Café", "url": server.url + "/"}]})
+        settings = feeds_settings(tmp_path, {"around_roster": [{"name": "Café", "url": server.url + "/"}]})
         run_around(settings, fetcher=loopback_fetcher(settings))
         row = report(reader(settings))["results"][0]
         assert row["title"] == "Café Crème Capital – Fonds"
@@ -314,7 +314,7 @@ def test_history_older_than_90_days_is_pruned(tmp_path, firms):
 
 
 def test_unreadable_history_is_503(tmp_path):
-    settings = make_settings(tmp_path)
+    settings = feeds_settings(tmp_path)
     settings.db_path.write_bytes(b"not sqlite" * 500)
     import sqlite3
     with pytest.raises(ApiError) as caught:
@@ -325,13 +325,13 @@ def test_unreadable_history_is_503(tmp_path):
 
 
 def test_roster_defaults_and_validation(tmp_path):
-    assert [f["name"] for f in roster(make_settings(tmp_path))] == [name for name, _ in ROSTER]
+    assert [f["name"] for f in roster(feeds_settings(tmp_path))] == [name for name, _ in ROSTER]
     assert [f["url"] for f in roster(load_settings())] == [url for _, url in ROSTER]  # site.toml lists none
     assert len(ROSTER) == 20 and all(url.startswith("https://") for _, url in ROSTER)
     with pytest.raises(SettingsError, match="needs a name and an http"):  # when the settings load
-        make_settings(tmp_path, {"around_roster": [{"name": "X", "url": "ftp://x"}]})
+        feeds_settings(tmp_path, {"around_roster": [{"name": "X", "url": "ftp://x"}]})
     with pytest.raises(SettingsError, match="lists https://x.example/ twice"):
-        make_settings(tmp_path, {"around_roster": [{"name": "X", "url": "https://x.example/"},
+        feeds_settings(tmp_path, {"around_roster": [{"name": "X", "url": "https://x.example/"},
                                                    {"name": "X again", "url": "https://x.example/"}]})
 
 
@@ -342,7 +342,7 @@ def test_og_images_are_uris_or_nothing(tmp_path):
                "Script": ("javascript:alert(1)", None), "Long": ("/" + "x" * 400 + ".png", None)}
     firms = {name: FirmServer(name, og_image=html) for name, (html, _) in written.items()}
     try:
-        settings = make_settings(tmp_path, {"around_roster": [{"name": n, "url": f.url + "/"} for n, f in firms.items()]})
+        settings = feeds_settings(tmp_path, {"around_roster": [{"name": n, "url": f.url + "/"} for n, f in firms.items()]})
         run_around(settings, fetcher=loopback_fetcher(settings))
         rows = {r["name"]: r for r in report(reader(settings))["results"]}
         for name, (_, expected) in written.items():
@@ -365,7 +365,7 @@ def test_a_title_inside_an_svg_is_not_the_homepage_title(tmp_path):
     """The crawl took the logo's title for the page's, as the lens does not (style_review24 M1)."""
     firm = LogoTitledFirm("Logo Ventures")
     try:
-        settings = make_settings(tmp_path, {"around_roster": [{"name": "Logo", "url": firm.url + "/"}]})
+        settings = feeds_settings(tmp_path, {"around_roster": [{"name": "Logo", "url": firm.url + "/"}]})
         run_around(settings, fetcher=loopback_fetcher(settings))
         assert report(reader(settings))["results"][0]["title"] == "Logo Ventures"
     finally:
@@ -378,7 +378,7 @@ def test_a_homepage_that_changes_only_in_noise_is_no_change(tmp_path):
     server = FirmServer("Noisy Capital")
     server.fault = "noise"
     try:
-        settings = make_settings(tmp_path, {"around_roster": [{"name": "Noisy", "url": server.url + "/"}]})
+        settings = feeds_settings(tmp_path, {"around_roster": [{"name": "Noisy", "url": server.url + "/"}]})
         run_around(settings, fetcher=loopback_fetcher(settings))
         first = report(reader(settings))["results"][0]["bodyHash"]
         assert run_around(settings, fetcher=loopback_fetcher(settings)).endswith("0 changed")
@@ -412,7 +412,7 @@ def test_a_huge_last_modified_header_is_clipped_like_the_other_headers(tmp_path)
     server = FirmServer("Headers")
     server.last_modified = "Tue, 03 Nov 2026 10:00:00 GMT" + " x" * 1500
     try:
-        settings = make_settings(tmp_path, {"around_roster": [{"name": "Headers", "url": server.url + "/"}]})
+        settings = feeds_settings(tmp_path, {"around_roster": [{"name": "Headers", "url": server.url + "/"}]})
         run_around(settings, fetcher=loopback_fetcher(settings))
         row = report(reader(settings))["results"][0]
         assert row["lastModified"].startswith("Tue, 03 Nov 2026") and len(row["lastModified"]) == 300
@@ -422,7 +422,7 @@ def test_a_huge_last_modified_header_is_clipped_like_the_other_headers(tmp_path)
 
 def redirecting_firm(tmp_path):
     server = FirmServer("Redirecting Capital")
-    settings = make_settings(tmp_path, {"around_roster": [{"name": "Redirecting", "url": server.url + "/"}]})
+    settings = feeds_settings(tmp_path, {"around_roster": [{"name": "Redirecting", "url": server.url + "/"}]})
     return server, settings
 
 

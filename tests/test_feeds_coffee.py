@@ -19,7 +19,7 @@ from siteapi.config import ROOT
 from siteapi.feeds import FeedError
 from siteapi.feeds.coffee import DEMO_CALENDAR, availability, open_slots, rules, run_calendar
 from siteapi.web import ApiError
-from tests.feeds_servers import IcsServer, make_settings, trusted_tls_ics
+from feeds_servers import IcsServer, feeds_settings, trusted_tls_ics
 
 NY = ZoneInfo("America/New_York")
 UTC = dt.timezone.utc
@@ -86,7 +86,7 @@ def feed(monkeypatch):
 def settings_for(tmp_path, **feeds):
     # A loopback feed answers in milliseconds, but a busy machine can stall for longer than a short
     # limit: runs that must succeed get a generous one; the slow and dripping feeds get their own.
-    return make_settings(tmp_path, {"booking_url": "https://aadhar.sh/coffee/book", "calendar_timeout": 10.0, **feeds})
+    return feeds_settings(tmp_path, {"booking_url": "https://aadhar.sh/coffee/book", "calendar_timeout": 10.0, **feeds})
 
 
 def read(settings, now):
@@ -601,7 +601,7 @@ def test_an_event_lasting_thousands_of_years_blocks_every_slot(tmp_path, feed, l
 def test_slots_where_the_clocks_change_inside_the_owners_hours(tmp_path, zone, day_start, day_end, now):
     """Every slot lasts its real length, starts at a wall time that exists, ends by the day's end
     and does not start before the previous one's end and buffer."""
-    settings = make_settings(tmp_path, {"coffee_timezone": zone, "coffee_day_start": day_start, "coffee_day_end": day_end,
+    settings = feeds_settings(tmp_path, {"coffee_timezone": zone, "coffee_day_start": day_start, "coffee_day_end": day_end,
                                         "coffee_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"],
                                         "coffee_notice_hours": 0, "coffee_horizon_days": 1, "coffee_max_per_day": 100,
                                         "coffee_max_per_week": 100})

@@ -17,7 +17,7 @@ from siteapi.feeds.around import run_around
 from test_feeds_around import loopback_fetcher
 from test_feeds_coffee import OWNER_CALENDAR
 from test_mcp import tool_call, tools_by_name
-from tests.feeds_servers import FirmServer, IcsServer, SpotifyServer, make_settings
+from feeds_servers import FirmServer, IcsServer, SpotifyServer, feeds_settings
 
 
 def test_errors_before_any_job_ran(api, checker):
@@ -44,7 +44,7 @@ def test_errors_before_any_job_ran(api, checker):
 def test_feeds_answer_in_their_own_shape_before_site_db_exists(tmp_path, checker):
     log = tmp_path / "access.log"
     log.write_text("")
-    settings = make_settings(tmp_path, {"playlist_id": "abc"}, access_log=str(log))
+    settings = feeds_settings(tmp_path, {"playlist_id": "abc"}, access_log=str(log))
     assert not settings.db_path.exists()  # the app started before the first job
     with serve_wsgi(make_app(settings).wsgi) as base:
         client = Client(base, checker)  # validates every answer against /openapi.json
@@ -66,7 +66,7 @@ def test_feeds_answer_in_their_own_shape_before_site_db_exists(tmp_path, checker
 
 def test_tracks_without_a_folder_for_site_db_is_storage_not_configured(tmp_path, checker):
     """The one 500 of API.md §7: site.db's folder is missing, so no job could ever build it."""
-    settings = dataclasses.replace(make_settings(tmp_path, {"playlist_id": "abc"}), db_path=tmp_path / "nowhere" / "site.db")
+    settings = dataclasses.replace(feeds_settings(tmp_path, {"playlist_id": "abc"}), db_path=tmp_path / "nowhere" / "site.db")
     with serve_wsgi(make_app(settings).wsgi) as base:
         tracks = Client(base, checker).get("/rn/tracks")
     assert (tracks.status_code, tracks.json()["code"], tracks.json()["tracks"]) == (500, "storage_not_configured", [])
@@ -75,7 +75,7 @@ def test_tracks_without_a_folder_for_site_db_is_storage_not_configured(tmp_path,
 
 def test_error_bodies_keep_their_route_fields(tmp_path, checker):
     """The readers leave `tracks: []` and `ok: false` to their routes (API.md 2.1 and 4.8)."""
-    settings = make_settings(tmp_path, {"playlist_id": "abc"})  # no access log
+    settings = feeds_settings(tmp_path, {"playlist_id": "abc"})  # no access log
     db.writer(settings.db_path).close()  # storage, but nothing read yet
     with serve_wsgi(make_app(settings).wsgi) as base:
         client = Client(base, checker)
@@ -108,7 +108,7 @@ def fed(tmp_path_factory, monkeypatch_module):
                     "headers": {"User-Agent": [ua]}}, "status": 200, "size": 1234}) + "\n"
         for i, ua in enumerate(["Mozilla/5.0 (compatible; GPTBot/1.2; +https://openai.com/gptbot)"] * 3
                                + ["Mozilla/5.0 (compatible; ClaudeBot/1.0)", "Mozilla/5.0 Firefox/140.0"])))
-    settings = make_settings(tmp, {"spotify_api_base": spotify.api_base, "spotify_token_url": spotify.url + "/api/token",
+    settings = feeds_settings(tmp, {"spotify_api_base": spotify.api_base, "spotify_token_url": spotify.url + "/api/token",
                                    "playlist_id": spotify.playlist_id,
                                    "around_roster": [{"name": f"Firm {i}", "url": s.url + "/"} for i, s in enumerate(firms)]},
                              access_log=str(log))

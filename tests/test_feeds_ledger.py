@@ -17,7 +17,7 @@ from siteapi.feeds import FeedError
 from siteapi.feeds.crawlers import CRAWLERS, counts_in_ledger, match_user_agent
 from siteapi.feeds.ledger import _open, ledger, rolled_files, run_ledger
 from siteapi.web import ApiError
-from tests.feeds_servers import USER_AGENTS as UA, make_settings
+from feeds_servers import USER_AGENTS as UA, feeds_settings
 
 NOW = time.time()
 
@@ -44,7 +44,7 @@ def log(tmp_path):
 
 
 def settings_for(tmp_path, log):
-    return make_settings(tmp_path, access_log=str(log))
+    return feeds_settings(tmp_path, access_log=str(log))
 
 
 def hits(settings) -> dict[str, int]:
@@ -90,7 +90,7 @@ def test_counts_crawlers_and_skips_what_it_should(tmp_path, log):
     body = ledger(db.connect(settings.db_path, readonly=True), settings)
     assert body["ok"] is True and body["window_days"] == 30 and body["rate_usd"] == 0.01
     assert body["total_hits"] == 5 and body["total_usd"] == 0.05 and "at $0.01 a page" in body["note"]
-    dearer = make_settings(tmp_path, {"ledger_rate_usd": 0.05}, access_log=str(log))
+    dearer = feeds_settings(tmp_path, {"ledger_rate_usd": 0.05}, access_log=str(log))
     assert "at $0.05 a page" in ledger(db.connect(settings.db_path, readonly=True), dearer)["note"]  # "one cent" before
     gpt = body["line_items"][0]
     assert gpt["bot"] == "gptbot" and gpt["owner"] == "OpenAI" and gpt["kind"] and gpt["amountUsd"] == 0.03
@@ -312,7 +312,7 @@ def test_unreadable_log_keeps_counts_and_position(tmp_path, log):
 
 
 def test_reader_errors_carry_the_ledger_body(tmp_path, log):
-    unconfigured = make_settings(tmp_path)
+    unconfigured = feeds_settings(tmp_path)
     assert "no access log" in run_ledger(unconfigured)
     with pytest.raises(ApiError) as caught:
         ledger(sqlite3.connect(":memory:"), unconfigured)

@@ -17,7 +17,7 @@ from siteapi.feeds import FeedError
 from siteapi.feeds.coffee import run_calendar
 from siteapi.feeds.tracks import run_tracks
 from test_feeds_coffee import NOW, OWNER_CALENDAR, settings_for, stored_busy
-from tests.feeds_servers import (BlackHole, ForwardProxy, IcsServer, SilentNameServer, SpotifyServer, make_settings,
+from feeds_servers import (BlackHole, ForwardProxy, IcsServer, SilentNameServer, SpotifyServer, feeds_settings,
                                  trusted_tls_ics)
 
 LIMIT = 2.0  # the calendar call's time limit in these tests
@@ -137,7 +137,7 @@ def test_the_playlist_job_goes_through_the_proxy_too(tmp_path, monkeypatch, prox
     monkeypatch.setenv("SITE_SPOTIFY_CLIENT_ID", SpotifyServer.CLIENT[0])
     monkeypatch.setenv("SITE_SPOTIFY_CLIENT_SECRET", SpotifyServer.CLIENT[1])
     try:
-        settings = make_settings(tmp_path, {"spotify_api_base": spotify.api_base, "spotify_timeout": 10.0,
+        settings = feeds_settings(tmp_path, {"spotify_api_base": spotify.api_base, "spotify_timeout": 10.0,
                                             "spotify_token_url": spotify.url + "/api/token",
                                             "playlist_id": spotify.playlist_id})
         assert "5 tracks" in run_tracks(settings)

@@ -16,7 +16,7 @@ from siteapi import db
 from siteapi.feeds import FeedError
 from siteapi.feeds.tracks import now_playing, run_tracks
 from siteapi.web import ApiError
-from tests.feeds_servers import SpotifyServer, make_settings
+from feeds_servers import SpotifyServer, feeds_settings
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def spotify(monkeypatch):
 def settings_for(tmp_path, server, **extra):
     # A loopback API answers in milliseconds, but a busy machine can stall for longer than a short
     # limit: runs that must succeed get a generous one; the slow and dripping servers get their own.
-    return make_settings(tmp_path, {"spotify_api_base": server.api_base, "spotify_token_url": server.url + "/api/token",
+    return feeds_settings(tmp_path, {"spotify_api_base": server.api_base, "spotify_token_url": server.url + "/api/token",
                                     "playlist_id": server.playlist_id, "spotify_timeout": 10.0, **extra})
 
 
@@ -129,7 +129,7 @@ def test_service_down_keeps_the_copy_and_empty_store_answers_502(tmp_path, spoti
         run_tracks(settings)
     assert now_playing(settings)["count"] == 5
     (tmp_path / "other").mkdir()
-    other = make_settings(tmp_path / "other", {"playlist_id": "another", "spotify_api_base": spotify.api_base})
+    other = feeds_settings(tmp_path / "other", {"playlist_id": "another", "spotify_api_base": spotify.api_base})
     db.writer(other.db_path).close()  # storage exists, but the playlist was never read
     err = error_of(other)
     assert err.status == 502 and err.body["code"] == "upstream_failed"
@@ -234,7 +234,7 @@ def test_next_page_outside_the_api_is_refused(tmp_path, spotify):
 
 
 def test_no_playlist_is_503_and_the_job_does_nothing(tmp_path, spotify):
-    settings = make_settings(tmp_path, {"playlist_id": ""})
+    settings = feeds_settings(tmp_path, {"playlist_id": ""})
     assert "no playlist" in run_tracks(settings)
     err = error_of(settings)
     assert (err.status, err.body["code"]) == (503, "no_playlist")

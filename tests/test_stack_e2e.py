@@ -30,7 +30,7 @@ from PIL import Image
 import jobs
 from app import make_app
 from conftest import ROOT, Client
-from feeds_servers import USER_AGENTS, make_settings
+from feeds_servers import USER_AGENTS, feeds_settings
 from servers import accepts, open_stream, read_until, running, serve_wsgi
 from siteapi import db, demo_photos, files, ingest, photos
 from siteapi.stack import commands_and_env, datasette_command, watch
@@ -316,7 +316,7 @@ def test_make_run_without_caddy_or_calendar_offers_a_demo_week_and_says_the_ledg
 def test_make_runs_environment_fills_in_only_what_the_owner_left_unset(tmp_path, monkeypatch):
     """The demo week stands in for a calendar unset or set empty, never for the owner's; the ledger
     is unconfigured without Caddy unless an access log is named."""
-    settings = make_settings(tmp_path)
+    settings = feeds_settings(tmp_path)
     ports = {"app": 1, "datasette": 2, "caddy": 3}
     for unset in (None, "", "  "):
         if unset is None:
@@ -1006,7 +1006,7 @@ def test_ledger_follows_the_real_caddy_log_rolls(tmp_path):
     """Caddy's own roller, set to 1 MiB: access.log becomes access-<UTC time>.log and then .log.gz
     while the ledger job is part-way through it. Runs before, across and after two rolls count every
     crawler request exactly once."""
-    settings = make_settings(tmp_path, access_log=str(tmp_path / "access.log"))
+    settings = feeds_settings(tmp_path, access_log=str(tmp_path / "access.log"))
     padding = {"X-Padding": "p" * 8000}  # Caddy logs request headers: ~8.5 KB a line, 1 MiB in ~120 requests
     sent = 0
 
