@@ -1,6 +1,7 @@
 """/search.json on the real server: terms, ranking, limits, snippets, bad input."""
 import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
@@ -176,6 +177,19 @@ def test_versioned_cache_empties_after_another_connection_commits(tmp_path):
         pool.submit(check).result()
 
 
+FILLER = "Notes on a long walk along the canal, with a flask of tea and a borrowed camera. " * 3
+
+
+def writing_pages(content: Path):
+    """A function writing one writing page into the new folder `content` per call."""
+    content.mkdir()
+
+    def page(name, title, description, body):
+        (content / f"{name}.md").write_text(f"---\ntitle: {title}\ndescription: {description}\nkind: writing\n"
+                                            f"path: /writing/{name}\ndate: 2026-01-01\n---\n{body}\n", encoding="utf-8")
+    return page
+
+
 @pytest.fixture(scope="module")
 def crowd(tmp_path_factory, checker):
     """A site of 60 pages that all mention "zeppelin", plus three that mention "dirigible" once each in
@@ -186,18 +200,12 @@ def crowd(tmp_path_factory, checker):
 
     tmp = tmp_path_factory.mktemp("crowd")
     content = tmp / "content"
-    content.mkdir()
-    filler = "Notes on a long walk along the canal, with a flask of tea and a borrowed camera. " * 3
-
-    def page(name, title, description, body):
-        (content / f"{name}.md").write_text(f"---\ntitle: {title}\ndescription: {description}\nkind: writing\n"
-                                            f"path: /writing/{name}\ndate: 2026-01-01\n---\n{body}\n")
-
+    page = writing_pages(content)
     for n in range(60):
-        page(f"z{n:02d}", f"Walk number {n}", "A walk by the canal.", f"{filler} A zeppelin went over at {n} o'clock.")
-    page("in-title", "The dirigible", "A walk by the canal.", filler)
-    page("in-description", "A hangar visit", "A dirigible in its hangar.", filler)
-    page("in-body", "A field trip", "A walk by the canal.", f"{filler} The dirigible, the dirigible, the dirigible.")
+        page(f"z{n:02d}", f"Walk number {n}", "A walk by the canal.", f"{FILLER} A zeppelin went over at {n} o'clock.")
+    page("in-title", "The dirigible", "A walk by the canal.", FILLER)
+    page("in-description", "A hangar visit", "A dirigible in its hangar.", FILLER)
+    page("in-body", "A field trip", "A walk by the canal.", f"{FILLER} The dirigible, the dirigible, the dirigible.")
     settings = make_settings(tmp, content_dir=content)
     build_site(settings)
     with serve_wsgi(make_app(settings).wsgi) as base:
@@ -260,22 +268,16 @@ def world(tmp_path_factory, checker):
 
     tmp = tmp_path_factory.mktemp("world")
     content = tmp / "content"
-    content.mkdir()
-    filler = "Notes on a long walk along the canal, with a flask of tea and a borrowed camera. " * 3
-
-    def page(name, title, description, body):
-        (content / f"{name}.md").write_text(f"---\ntitle: {title}\ndescription: {description}\nkind: writing\n"
-                                            f"path: /writing/{name}\ndate: 2026-01-01\n---\n{body}\n", encoding="utf-8")
-
-    page("hindi", "हिन्दी लेख", "हिन्दी में एक छोटा लेख।", f"{filler} यह लेख हिन्दी में लिखा गया है।")
+    page = writing_pages(content)
+    page("hindi", "हिन्दी लेख", "हिन्दी में एक छोटा लेख।", f"{FILLER} यह लेख हिन्दी में लिखा गया है।")
     page("tamil", "தமிழ் கட்டுரை", "ஒரு சிறிய கட்டுரை.", "இது தமிழ் மொழியில் எழுதப்பட்டது.")
     page("thai", "สวัสดี ชาวโลก", "A Thai greeting.", "สวัสดี")
     page("thai-swing", "สวิง", "A Thai word that shares a fragment with the greeting.", "สวิง")
     page("arabic", "مَرْحَبًا بِكُمْ", "A vowelled Arabic greeting.", "مَرْحَبًا")
-    page("istanbul-dotted", "A ferry", "Across the Bosphorus.", f"{filler} Then the ferry to İstanbul.")
-    page("istanbul-plain", "Istanbul at night", "The city after dark.", filler)
-    page("sharp-s", "Straße des Cafés", "A street in Paris.", f"{filler} We walked down the Straße.")
-    page("double-s", "Strasse im Regen", "A street in Zurich.", filler)
+    page("istanbul-dotted", "A ferry", "Across the Bosphorus.", f"{FILLER} Then the ferry to İstanbul.")
+    page("istanbul-plain", "Istanbul at night", "The city after dark.", FILLER)
+    page("sharp-s", "Straße des Cafés", "A street in Paris.", f"{FILLER} We walked down the Straße.")
+    page("double-s", "Strasse im Regen", "A street in Zurich.", FILLER)
     settings = make_settings(tmp, content_dir=content)
     build_site(settings)
     lexical = dataclasses.replace(settings, sections={**settings.sections, "ask": {

@@ -14,6 +14,7 @@ import lens_web
 from app import make_app
 from conftest import Client, build_site, make_settings
 from servers import serve_wsgi, start_thread, stop_thread
+from test_lens_target_budget import tool_call
 
 
 class GatedWeb(ThreadingHTTPServer):
@@ -62,15 +63,6 @@ def page_phase(api, web, caller: str):
                    headers={"X-Forwarded-For": caller})
 
 
-def tool_call(api, caller: str, name: str, arguments: dict) -> dict:
-    answer = api.request("POST", "/mcp", headers={"X-Forwarded-For": caller, "Content-Type": "application/json",
-                                                  "Accept": "application/json, text/event-stream",
-                                                  "MCP-Protocol-Version": "2025-06-18"},
-                         data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                                          "params": {"name": name, "arguments": arguments}}))
-    return answer.json()["result"]
-
-
 def test_lens_work_is_capped_per_caller_and_in_total(gated, checker):
     api, web = gated
     with ThreadPoolExecutor(2) as pool:
@@ -88,11 +80,11 @@ def test_lens_work_is_capped_per_caller_and_in_total(gated, checker):
         assert full.status_code == 503 and full.json()["code"] == "busy" and full.headers["Retry-After"] == "5"
         assert full.json()["retry_after"] == 5 and full.headers["RateLimit-Policy"] == '"inspect";q=100000;w=60'
         assert api.get("/search.json", params={"q": "lens"}).status_code == 200  # the rest of the site answers
-        result = tool_call(api, "203.0.113.3", "lens_page", {"url": f"http://shop.test:{web.port}/"})
+        result = tool_call(api, "lens_page", {"url": f"http://shop.test:{web.port}/"}, "203.0.113.3")
         assert result["isError"] is True and "Busy" in result["content"][0]["text"]
         # the snapshot tools hold a lens slot too, and say which refusal it was as the endpoints do
         for who, code in (("203.0.113.3", "busy"), ("203.0.113.1", "rate_limited")):
-            result = tool_call(api, who, "representation_capture", {"url": f"http://shop.test:{web.port}/"})
+            result = tool_call(api, "representation_capture", {"url": f"http://shop.test:{web.port}/"}, who)
             details = json.loads(result["content"][1]["text"])
             assert result["isError"] is True and details["code"] == code and details["retry_after"] == 5, result
         compare = api.get("/lens/compare.json", headers={"X-Forwarded-For": "203.0.113.4"}, params={
