@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from selectolax.lexbor import LexborHTMLParser  # noqa: E402
 
 from siteapi.lens import cost, page  # noqa: E402
-from siteapi.lens.fetch import lens_settings  # noqa: E402
+from siteapi.lens.settings import lens_settings  # noqa: E402
 
 WORDS = ("agent crawler site page token model search archive photo lens market price review design "
          "system product article news update guide the a of and to in for with on by from").split()

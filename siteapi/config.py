@@ -246,7 +246,8 @@ def check_sections(settings: Settings) -> None:
     # Imported here: each area imports this module for option() and SettingsError.
     from siteapi import ranker, ratelimit
     from siteapi.feeds import around, coffee, ledger, tracks
-    from siteapi.lens import census, cost, fetch, scan
+    from siteapi.lens import census, cost
+    from siteapi.lens.settings import lens_settings, scan_settings
 
     for name in settings.sections:
         if name not in SECTIONS:
@@ -255,8 +256,8 @@ def check_sections(settings: Settings) -> None:
     watched = {name: _Watched(table) for name, table in settings.sections.items()}
     settings = replace(settings, sections=watched)
     ranker.RankerSettings.from_settings(settings)
-    cost.rates(fetch.lens_settings(settings))
-    scan.scan_settings(settings)
+    cost.rates(lens_settings(settings))
+    scan_settings(settings)
     census.roster(settings)
     coffee.rules(settings)
     tracks.config(settings)

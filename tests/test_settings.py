@@ -78,7 +78,7 @@ def test_overrides_of_keys_the_file_leaves_out_are_read(monkeypatch, tmp_path):
     """Keys read with no default of their own type had their SITE_* override ignored when site.toml
     left them out (style_review24 H4): a list of tables is refused as for a key the file names."""
     from siteapi.lens.cost import rates
-    from siteapi.lens.fetch import lens_settings
+    from siteapi.lens.settings import lens_settings
     toml = (ROOT / "site.toml").read_text()
     bare = tmp_path / "site.toml"
     bare.write_text("\n".join(line for line in toml.splitlines() if not line.startswith("rates_checked")))

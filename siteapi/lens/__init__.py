@@ -1,5 +1,6 @@
 """The lens: fetch a public URL someone else chose and report how a machine sees it.
 
+settings.py     the [lens] settings, read with their defaults and bounds
 fetch.py        the safe fetcher, the only way the product fetches such a URL (address policy, deadline, caps)
 page.py         the page pass: anatomy, structured data and AI signals of one page
 cost.py         the page priced in tokens

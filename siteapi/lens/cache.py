@@ -11,6 +11,7 @@ import sqlite3
 import time
 
 from .. import db
+from .settings import scan_settings
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS lens_discovery_cache (
@@ -77,8 +78,6 @@ def write(conn: sqlite3.Connection | None, table: str, key: str, payload: dict) 
 def run_cache_purge(settings) -> str:
     """Job (hourly): delete the cached lookups past their window, so the origins and URLs callers
     inspected are kept only as long as the caches reuse them."""
-    from .scan import scan_settings  # here: scan imports this module
-
     conf = scan_settings(settings)
     now = time.time()
     conn = db.writer(settings.db_path)

@@ -14,7 +14,7 @@ import requests
 from ..ratelimit import TargetBudget
 from . import cache, observe, targets
 from .fetch import USER_AGENT, FetchFailed, Fetcher, FetchRefused, fetcher_from_settings
-from .scan import scan_settings
+from .settings import scan_settings
 
 SCANNER_SOURCE = "Cloudflare agent-readiness scanner (isitagentready.com)"
 LEVEL_NAME_CHARS = 120

@@ -46,9 +46,10 @@ from urllib3.exceptions import (ConnectTimeoutError, HTTPError, NameResolutionEr
                                 ProtocolError, ReadTimeoutError, SSLError)
 
 from siteapi.botauth import BotSigner, signer_for
-from siteapi.config import option
 from siteapi.feeds.crawlers import PRODUCT_USER_AGENT
 from siteapi.watchdog import WatchedHTTPConnection, WatchedHTTPSConnection, Watchdog, watching
+
+from .settings import lens_settings
 
 USER_AGENT = PRODUCT_USER_AGENT  # the bot's one identity lives in the crawler registry
 CHROME_UA = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -656,18 +657,6 @@ def _timed_out(budget_s: float) -> FetchFailed:
     """The timeout failure, naming the budget this fetch had (a probe's is shorter than a page's)."""
     seconds = round(budget_s, 1)
     return FetchFailed(TIMEOUT_SENTENCE.format(seconds=int(seconds) if seconds.is_integer() else seconds))
-
-
-def lens_settings(settings) -> dict:
-    """The [lens] settings with defaults applied (also read by observe.py and cost.py)."""
-    return {
-        "parse_kb": option(settings, "lens", "parse_kb", 256, 8, 4096),
-        "timeout_s": option(settings, "lens", "timeout_s", 8.0, 1, 60),
-        "max_redirects": option(settings, "lens", "max_redirects", 5, 0, 10),
-        "raw_cap_kb": option(settings, "lens", "raw_cap_kb", 2048, 64, 16384),
-        "rates": option(settings, "lens", "rates", []),  # none: cost.DEFAULT_RATES
-        "rates_checked": option(settings, "lens", "rates_checked", ""),
-    }
 
 
 def fetcher_from_settings(settings) -> Fetcher:

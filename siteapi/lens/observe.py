@@ -10,8 +10,8 @@ import logging
 from ..ratelimit import TargetBudget
 from ..web import ApiError
 from . import cost, page, targets
-from .fetch import (USER_AGENT, FetchFailed, Fetcher, FetchRefused, FetchResult, Target, fetcher_from_settings,
-                    lens_settings)
+from .fetch import USER_AGENT, FetchFailed, Fetcher, FetchRefused, FetchResult, Target, fetcher_from_settings
+from .settings import lens_settings
 
 log = logging.getLogger(__name__)
 PHASES = ("page",)

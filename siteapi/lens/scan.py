@@ -21,37 +21,18 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from .. import db
-from ..config import option
 from ..ratelimit import TargetBudget
 from ..web import ApiError
 from . import agent, bots, cache, discovery, observe, readiness, targets, terms
 from .discovery import DnsClient, Fetched, Subrequests
-from .fetch import FetchFailed, Fetcher, FetchRefused, fetcher_from_settings, lens_settings
+from .fetch import FetchFailed, Fetcher, FetchRefused, fetcher_from_settings
+from .settings import lens_settings, scan_settings
 
 log = logging.getLogger(__name__)
 
 TIMED_OUT = "not answered before the scan's deadline"
 # Bumped when the cached result's keys change: a row of another shape (an earlier release's) is a miss.
 DISCOVERY_SHAPE = 2
-
-
-def scan_settings(settings) -> dict:
-    """The [lens] settings of the full scan, of mode=cloudflare and of the caches, with defaults applied."""
-    def lens(key, default, low=None, high=None):
-        return option(settings, "lens", key, default, low, high)
-
-    return {
-        "scan_timeout_s": lens("scan_timeout_s", 10.0, 1, 60),
-        "probe_timeout_s": lens("probe_timeout_s", 5.0, 0.5, 30),
-        "subrequest_cap": lens("subrequest_cap", 48, 1, 200),
-        "concurrency": lens("scan_concurrency", 16, 1, 64),
-        "discovery_cache_hours": lens("discovery_cache_hours", 6.0, 0, 168),
-        "cloudflare_scanner_url": lens("cloudflare_scanner_url", "https://isitagentready.com/mcp"),
-        "cloudflare_report_url": lens("cloudflare_report_url", "https://isitagentready.com/"),
-        "cloudflare_cache_hours": lens("cloudflare_cache_hours", 6.0, 0, 168),
-        "cloudflare_timeout_s": lens("cloudflare_timeout_s", 9.0, 1, 30),
-        "dns_nameservers": [str(n) for n in lens("dns_nameservers", [])],
-    }
 
 
 def _dns_client(conf: dict) -> DnsClient:
