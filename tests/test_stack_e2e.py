@@ -616,6 +616,18 @@ def test_a_range_answer_from_the_edge_is_not_stored(stack):
     assert stale.status_code == 200 and stale.text == "static file\n"  # the app alone answers so too
     several = requests.get(stack["edge"] + "/images/probe.jpg", headers={"Range": "bytes=0-1,4-5"}, timeout=30)
     assert several.status_code == 200 and several.text == "static file\n"  # as OpenAPI says, not multipart
+    # RFC 9110 14.2: a unit the server does not know is ignored, and units are case-insensitive; a
+    # whole answer or a 304 keeps the file's Cache-Control (cache_audit24 M2, M3)
+    for unit, status in (("items=0-5", 200), ("BYTES=0-5", 206)):
+        odd = requests.get(stack["edge"] + "/images/probe.jpg", headers={"Range": unit}, timeout=30)
+        assert odd.status_code == status and odd.content in (b"static", b"static file\n"), (unit, odd.status_code)
+    assert "immutable" in stale.headers["Cache-Control"]
+    etag = requests.get(stack["edge"] + "/images/probe.jpg", timeout=30).headers["ETag"]
+    app = f"http://127.0.0.1:{stack['SITE_PORT']}"
+    assert requests.get(app + "/images/probe.jpg", timeout=30).headers["ETag"] == etag  # one validator, two servers
+    kept = requests.get(stack["edge"] + "/images/probe.jpg", headers={"Range": "bytes=0-5", "If-None-Match": etag},
+                        timeout=30)
+    assert kept.status_code == 304 and "immutable" in kept.headers["Cache-Control"]
     assert "immutable" in requests.get(stack["edge"] + "/images/probe.jpg", timeout=30).headers["Cache-Control"]
 
 
