@@ -158,7 +158,8 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         intro_row = pages.page_row(conn(), GUIDE.path)  # the content page at the guide's path is its introduction
         text = openapi.guide_markdown(settings, intro_row["body"] if intro_row else "")
         if markdown_twin or wants_markdown(accept()):
-            reply = pages.markdown_reply(text, cache=DOC_CACHE)
+            # negotiated at /developers, not stored by shared caches, as every page's Markdown
+            reply = pages.markdown_reply(text, cache=DOC_CACHE if markdown_twin else pages.NEGOTIATED_CACHE)
             if markdown_twin:
                 reply.headers["Link"] = pages.canonical_link(settings, GUIDE.path)
             return with_etag(reply)

@@ -114,8 +114,9 @@ def test_every_page_is_strict_html5_with_a_markdown_twin(api, site_settings):
     ("text/markdown;q=inf", False),
     ("text/markdown;q=2, text/html;q=0.1", False),
 ])
-def test_markdown_negotiation_follows_q_values(api, accept, markdown):
-    r = api.get("/about", headers={"Accept": accept})
+@pytest.mark.parametrize("path", ["/about", "/developers"])  # the guide, an app page, too (cache_audit24 M1)
+def test_markdown_negotiation_follows_q_values(api, accept, markdown, path):
+    r = api.get(path, headers={"Accept": accept})
     assert r.status_code == 200
     assert r.headers["Vary"] == "Accept"
     assert r.headers["Content-Type"].startswith("text/markdown" if markdown else "text/html")
