@@ -59,10 +59,13 @@ def file_etag(stat: os.stat_result) -> str:
     """Caddy file_server's ETag of the same file (its mtime in whole seconds, then its size, in base
     36), so that a validator either one gave is good at the other: the edge hands the app the
     requests file_server does not answer."""
-    return f'"{_base36(int(stat.st_mtime))}{_base36(stat.st_size)}"'
+    return f'"{_base36(stat.st_mtime_ns // 10**9)}{_base36(stat.st_size)}"'  # Go's Unix(): floored
 
 
 def _base36(number: int) -> str:
+    """As Go's strconv.FormatInt(number, 36): a file dated before 1970 has a negative mtime."""
+    if number < 0:
+        return "-" + _base36(-number)
     digits = ""
     while True:
         number, digit = divmod(number, 36)

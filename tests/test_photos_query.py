@@ -6,6 +6,7 @@ import email.utils
 import http.client
 import io
 import json
+import os
 import re
 import shutil
 import time
@@ -441,6 +442,17 @@ def test_thumbnails_and_originals_are_served_without_metadata(env):
     assert original.status_code == 200 and original.headers["Content-Type"] == "image/jpeg"
     for path in ("/images/nope.jpg", "/images/full/nope.jpg", "/images/../site.db", "/images/full/../../site.db"):
         assert client.get(path).status_code in (400, 404), path
+
+
+def test_an_image_dated_before_1970_has_caddys_etag_too(env):
+    """The ETag is file_server's formula, a negative mtime included: the base-36 loop had never
+    ended on one, holding a waitress thread at full CPU (review24b L1)."""
+    settings, _, client = env
+    old = settings.images_dir / "restored-200.0123456789.jpg"
+    old.write_bytes(b"\xff\xd8 a restored thumbnail")
+    os.utime(old, ns=(-1_500_000_000, -1_500_000_000))  # 1969-12-31T23:59:58.5Z: Go's Unix() floors to -2
+    answer = client.get("/images/restored-200.0123456789.jpg")
+    assert answer.status_code == 200 and answer.headers["ETag"] == '"-2n"'  # -2, then the size 23 in base 36
 
 
 def test_the_app_serves_images_as_the_edge_does(env):
