@@ -82,11 +82,13 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         return cached_json(conn(), ("manifest",), lambda: photos.manifest(conn(), settings))
 
     # -- live feeds (stored by jobs.py, served from site.db) ----------------------------------------
+    # An ETag where the body stays the same between job runs; the change radar's ageMs and the
+    # coffee slots' ageSeconds change every moment, so an ETag of theirs would never match.
     def now_playing():
-        return tracks.now_playing(settings)
+        return with_etag(Reply(tracks.now_playing(settings)))
 
     def neighborhood():
-        return Reply(around.report(db.LazyReader(settings.db_path)), headers={"X-Robots-Tag": "noindex"})
+        return with_etag(Reply(around.report(db.LazyReader(settings.db_path)), headers={"X-Robots-Tag": "noindex"}))
 
     def change_radar():
         return around.changes(db.LazyReader(settings.db_path), params().get("limit", 50))
@@ -95,7 +97,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
         return coffee.availability(db.LazyReader(settings.db_path), settings)
 
     def crawl_ledger():
-        return ledger.ledger(db.LazyReader(settings.db_path), settings)
+        return with_etag(Reply(ledger.ledger(db.LazyReader(settings.db_path), settings)))
 
     # -- the lens ------------------------------------------------------------------------------------
     def lens_cache():
@@ -127,7 +129,7 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
                             budget=lens_budget.for_caller(caller()))
 
     def lens_census():
-        return census.census(conn(), settings)
+        return with_etag(Reply(census.census(conn(), settings)))
 
     # -- documents for agents --------------------------------------------------------------------
     def openapi_json():

@@ -156,6 +156,16 @@ def test_neighborhood_and_changes(fed_api):
     assert "body" not in changes.text.lower().replace("bodyhash", "")
 
 
+@pytest.mark.parametrize("path", ["/rn/tracks", "/around/json", "/ledger.json", "/lens/census.json"])
+def test_feeds_whose_body_stays_between_job_runs_can_be_revalidated(fed_api, path):
+    """An ETag, and a 304 with the same Cache-Control for If-None-Match naming it (cache_audit24 L3)."""
+    first = fed_api.get(path)
+    assert first.status_code == 200 and first.headers["ETag"].startswith('W/"'), first.text[:200]
+    again = fed_api.get(path, headers={"If-None-Match": first.headers["ETag"]})
+    assert again.status_code == 304 and again.content == b"" and again.headers["ETag"] == first.headers["ETag"]
+    assert again.headers["Cache-Control"] == first.headers["Cache-Control"]
+
+
 def test_coffee_slots_with_booking_url(fed_api):
     r = fed_api.get("/coffee/availability.json")
     assert r.status_code == 200, r.text
