@@ -50,7 +50,9 @@ NOT_FOUND_HINT = "See /sitemap.xml for every page and /openapi.json for every AP
 _BAD_PATH = re.compile(r"[\x00-\x1f\x7f]|(^|/)\.\.(/|$)")
 # Response headers a cross-origin script may read beyond the CORS-safelisted ones (ETag: server cards and
 # images revalidate by it; Allow: a 405 names the methods).
-EXPOSED = "Link, RateLimit, RateLimit-Policy, Retry-After, ETag, Allow, x-markdown-tokens, Content-Type"
+# What a cross-origin script may read beyond the CORS-safelisted headers: each one a route sends
+EXPOSED = ("Link, RateLimit, RateLimit-Policy, Retry-After, ETag, Allow, x-markdown-tokens, Content-Type, "
+           "Content-Disposition, Content-Range, Accept-Ranges, Signature, Signature-Input")
 # The environ key of the response's convention headers (CORS, Link, rate limits, Cache-Control):
 # kept in wire form and appended by Site.wsgi as the response starts, because Bottle's per-header
 # normalising cost a fifth of /search.json's throughput (bench_search.py). Route-specific headers

@@ -306,7 +306,10 @@ def test_options_is_a_cors_preflight(api):
 def test_a_cross_origin_script_can_read_the_headers_it_is_sent(api):
     card = api.get("/mcp/server-card", headers={"Origin": "https://scanner.example"})
     refused = api.request("DELETE", "/search.json", headers={"Origin": "https://scanner.example"})
-    for r, name in ((card, "ETag"), (refused, "Allow"), (card, "RateLimit"), (refused, "Link")):
+    pdf = api.get("/resume.pdf", headers={"Origin": "https://scanner.example"})
+    keys = api.get("/.well-known/http-message-signatures-directory", headers={"Origin": "https://scanner.example"})
+    for r, name in ((card, "ETag"), (refused, "Allow"), (card, "RateLimit"), (refused, "Link"),
+                    (pdf, "Content-Disposition"), (keys, "Signature"), (keys, "Signature-Input")):  # cache_audit24
         assert name in r.headers and name in r.headers["Access-Control-Expose-Headers"].split(", "), name
     assert api.get("/mcp/server-card", headers={"If-None-Match": card.headers["ETag"]}).status_code == 304
 
