@@ -36,6 +36,9 @@ def serve_file(settings, path: str) -> Reply:
     except OSError:
         raise missing from None
     etag = file_etag(stat)
+    if not _preconditions_hold(etag, stat.st_mtime):
+        raise ApiError(412, "The file is no longer the version If-Match or If-Unmodified-Since names; ask again "
+                       "without them, or with its current ETag.", code="precondition_failed", headers={"ETag": etag})
     if (served := served_range(etag, stat.st_mtime)) is None:
         bottle.request.environ.pop("HTTP_RANGE", None)
     else:
@@ -53,6 +56,17 @@ def serve_file(settings, path: str) -> Reply:
     return Reply(found.body, status=found.status_code, content_type=found.content_type,
                  headers={"ETag": etag, **{k: v for k, v in found.headers.items() if k in kept}},
                  cache=cache)
+
+
+def _preconditions_hold(etag: str, modified: float) -> bool:
+    """RFC 9110 13.2.2's first two steps: If-Match by strong comparison (a weak tag never matches),
+    else If-Unmodified-Since; true when neither is sent. Caddy's file_server checks both too."""
+    if_match = header("If-Match", None)
+    if if_match is not None:
+        sent = [tag.strip() for tag in if_match.split(",")]
+        return "*" in sent or etag in sent
+    since = bottle.parse_date(header("If-Unmodified-Since") or "")
+    return not since or int(modified) <= since
 
 
 def file_etag(stat: os.stat_result) -> str:

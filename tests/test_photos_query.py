@@ -455,6 +455,22 @@ def test_an_image_dated_before_1970_has_caddys_etag_too(env):
     assert answer.status_code == 200 and answer.headers["ETag"] == '"-2n"'  # -2, then the size 23 in base 36
 
 
+def test_if_match_and_if_unmodified_since_are_preconditions_of_an_image(env):
+    """RFC 9110 13.2.2, as Caddy's file_server checks them, now that the app answers every Range
+    request (review24b L3): a 412 when the file is not the version named, checked before the Range."""
+    settings, _, client = env
+    thumb = run(env, limit="1")["photos"][0]["thumb"]["jpg"].removeprefix(settings.public_base_url)
+    etag = client.get(thumb).headers["ETag"]
+    for sent in (etag, '"other", ' + etag, "*"):
+        assert client.get(thumb, headers={"If-Match": sent, "Range": "bytes=0-9"}).status_code == 206, sent
+    for sent in ('"other"', "W/" + etag):  # strong comparison: a weak tag never matches
+        failed = client.get(thumb, headers={"If-Match": sent, "Range": "bytes=0-9"})
+        assert failed.status_code == 412 and failed.json()["code"] == "precondition_failed", sent
+        assert failed.headers["Cache-Control"] == "no-store" and failed.headers["ETag"] == etag
+    assert client.get(thumb, headers={"If-Unmodified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"}).status_code == 412
+    assert client.get(thumb, headers={"If-Unmodified-Since": "Fri, 01 Jan 2100 00:00:00 GMT"}).status_code == 200
+
+
 def test_the_app_serves_images_as_the_edge_does(env):
     """Alone (no Caddy), the app answers images with a quoted ETag and 304, 206 and 416 for ranges
     (If-Range honoured, several ranges answered whole), and only image files: a caption sidecar beside the originals is not published."""
