@@ -172,7 +172,9 @@ class McpServer:
         try:
             message = json.loads(raw)
         except (ValueError, RecursionError) as exc:  # RecursionError: thousands of nested arrays
-            what = "nests JSON too deeply to read" if isinstance(exc, RecursionError) else "is not JSON"
+            what = ("nests JSON too deeply to read" if isinstance(exc, RecursionError) else
+                    f"is not UTF-8 ({exc.reason} at byte {exc.start}), as JSON must be" if isinstance(exc, UnicodeDecodeError)
+                    else "is not JSON")
             return self._http(400, rpc_error(None, PARSE_ERROR, f"The body {what}; send one JSON-RPC 2.0 request "
                                              "object (or a batch array of them)."))
         version_header = header("MCP-Protocol-Version", None)

@@ -305,6 +305,14 @@ def test_malformed_messages_get_the_right_json_rpc_error(api, raw, code, status)
     assert len(response.json()["error"]["message"]) < 400
 
 
+def test_a_body_that_is_not_utf8_is_told_so(api):
+    """As POST /ask says it: "not JSON" sent a client looking for a syntax error (unicode_audit24 I4)."""
+    response = call(api, None, raw='{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "caf\xe9"}}'
+                    .encode("latin-1"))
+    assert response.status_code == 400 and error_code(response) == -32700
+    assert "not UTF-8" in response.json()["error"]["message"] and "at byte 75" in response.json()["error"]["message"]
+
+
 def test_an_a2a_client_is_told_this_is_an_mcp_server(api):
     """The agent card names /mcp, so an A2A client sends message/send there (agent_audit23 #15)."""
     for response in (call(api, request("message/send", {"message": {"role": "user", "parts": []}})),
