@@ -39,6 +39,8 @@ def serve_file(settings, path: str) -> Reply:
     if not _preconditions_hold(etag, stat.st_mtime):
         raise ApiError(412, "The file is no longer the version If-Match or If-Unmodified-Since names; ask again "
                        "without them, or with its current ETag.", code="precondition_failed", headers={"ETag": etag})
+    if etag_matches(etag):  # before the Range (RFC 9110 13.2.2): a 304, whatever range was asked
+        return Reply(b"", status=304, headers={"ETag": etag}, cache=cache)
     if (served := served_range(etag, stat.st_mtime)) is None:
         bottle.request.environ.pop("HTTP_RANGE", None)
     else:
@@ -50,8 +52,6 @@ def serve_file(settings, path: str) -> Reply:
         raise ApiError(416, f"The Range is not within the file's {stat.st_size} bytes; ask for bytes within "
                        "them or send no Range.", code="range_not_satisfiable",
                        headers={"Content-Range": f"bytes */{stat.st_size}"})
-    if etag_matches(etag):
-        return Reply(b"", status=304, headers={"ETag": etag}, cache=cache)
     kept = ("Content-Length", "Last-Modified", "Accept-Ranges", "Content-Range")
     return Reply(found.body, status=found.status_code, content_type=found.content_type,
                  headers={"ETag": etag, **{k: v for k, v in found.headers.items() if k in kept}},

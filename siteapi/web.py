@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import re
 import sqlite3
 import uuid
@@ -214,7 +215,7 @@ def served_range(etag: str, modified: float) -> str | None:
         return None
     validator = header("If-Range").strip()
     if validator and (validator != etag if validator.startswith('"')
-                      else bottle.parse_date(validator) != int(modified)):
+                      else bottle.parse_date(validator) != math.floor(modified)):  # as Last-Modified, before 1970 too
         return None
     return f"bytes=-{one[3]}" if one[3] else f"bytes={one[1]}-{one[2]}"
 

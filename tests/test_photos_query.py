@@ -453,6 +453,9 @@ def test_an_image_dated_before_1970_has_caddys_etag_too(env):
     os.utime(old, ns=(-1_500_000_000, -1_500_000_000))  # 1969-12-31T23:59:58.5Z: Go's Unix() floors to -2
     answer = client.get("/images/restored-200.0123456789.jpg")
     assert answer.status_code == 200 and answer.headers["ETag"] == '"-2n"'  # -2, then the size 23 in base 36
+    resumed = client.get("/images/restored-200.0123456789.jpg",
+                         headers={"Range": "bytes=0-4", "If-Range": answer.headers["Last-Modified"]})
+    assert resumed.status_code == 206 and resumed.content == b"\xff\xd8 a "  # its own date names it (review24c L4)
 
 
 def test_if_match_and_if_unmodified_since_are_preconditions_of_an_image(env):
@@ -469,6 +472,8 @@ def test_if_match_and_if_unmodified_since_are_preconditions_of_an_image(env):
         assert failed.headers["Cache-Control"] == "no-store" and failed.headers["ETag"] == etag
     assert client.get(thumb, headers={"If-Unmodified-Since": "Sat, 01 Jan 2000 00:00:00 GMT"}).status_code == 412
     assert client.get(thumb, headers={"If-Unmodified-Since": "Fri, 01 Jan 2100 00:00:00 GMT"}).status_code == 200
+    # If-None-Match before the Range: a 304 even for a range past the end (review24c L1)
+    assert client.get(thumb, headers={"If-None-Match": etag, "Range": "bytes=99999999-"}).status_code == 304
 
 
 def test_the_app_serves_images_as_the_edge_does(env):
