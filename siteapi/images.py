@@ -5,12 +5,13 @@ conditional requests and byte ranges.
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import bottle
 
 from siteapi import pages, photos
-from siteapi.web import ApiError, Reply, etag_matches, header, served_range
+from siteapi.web import ApiError, Reply, etag_matches, header
 
 
 def serve_file(settings, path: str) -> Reply:
@@ -35,13 +36,14 @@ def serve_file(settings, path: str) -> Reply:
         stat = (settings.images_dir / path).stat()
     except OSError:
         raise missing from None
-    etag = file_etag(stat)
-    if not _preconditions_hold(etag, stat.st_mtime):
+    modified_s = stat.st_mtime_ns // 10**9  # floored, as Go's Unix() and Last-Modified take it, before 1970 too
+    etag = _file_etag(modified_s, stat.st_size)
+    if not _preconditions_hold(etag, modified_s):
         raise ApiError(412, "The file is no longer the version If-Match or If-Unmodified-Since names; ask again "
                        "without them, or with its current ETag.", code="precondition_failed", headers={"ETag": etag})
     if etag_matches(etag):  # before the Range (RFC 9110 13.2.2): a 304, whatever range was asked
         return Reply(b"", status=304, headers={"ETag": etag}, cache=cache)
-    if (served := served_range(etag, stat.st_mtime)) is None:
+    if (served := _served_range(etag, modified_s)) is None:
         bottle.request.environ.pop("HTTP_RANGE", None)
     else:
         bottle.request.environ["HTTP_RANGE"] = served
@@ -58,7 +60,28 @@ def serve_file(settings, path: str) -> Reply:
                  cache=cache)
 
 
-def _preconditions_hold(etag: str, modified: float) -> bool:
+_ONE_BYTE_RANGE = re.compile(r"bytes=\s*(?:(\d+)-(\d*)|-(\d+))", re.I | re.ASCII)
+
+
+def _served_range(etag: str, modified_s: int) -> str | None:
+    """The request's Range as Bottle reads it (`bytes=first-last`), when it is served from a file of
+    strong `etag` and mtime `modified_s` (whole seconds, as Last-Modified says it); None for the
+    whole file. One valid byte range only (several get the whole file, as RFC 9110 allows, where
+    Bottle sent the first alone; another unit or no valid range is ignored, RFC 9110 14.2), and an
+    If-Range that still names this version (its ETag, or its Last-Modified date), so that a
+    download resumed across a change of the file gets the new file whole, not two versions spliced."""
+    ranges = header("Range")
+    one = _ONE_BYTE_RANGE.fullmatch(ranges.strip()) if ranges and "," not in ranges else None
+    if one is None or (one[2] and int(one[2]) < int(one[1])):
+        return None
+    validator = header("If-Range").strip()
+    if validator and (validator != etag if validator.startswith('"')
+                      else bottle.parse_date(validator) != modified_s):
+        return None
+    return f"bytes=-{one[3]}" if one[3] else f"bytes={one[1]}-{one[2]}"
+
+
+def _preconditions_hold(etag: str, modified_s: int) -> bool:
     """RFC 9110 13.2.2's first two steps: If-Match by strong comparison (a weak tag never matches),
     else If-Unmodified-Since; true when neither is sent. Caddy's file_server checks both too."""
     if_match = header("If-Match", None)
@@ -66,14 +89,14 @@ def _preconditions_hold(etag: str, modified: float) -> bool:
         sent = [tag.strip() for tag in if_match.split(",")]
         return "*" in sent or etag in sent
     since = bottle.parse_date(header("If-Unmodified-Since") or "")
-    return not since or int(modified) <= since
+    return not since or modified_s <= since
 
 
-def file_etag(stat: os.stat_result) -> str:
-    """Caddy file_server's ETag of the same file (its mtime in whole seconds, then its size, in base
-    36), so that a validator either one gave is good at the other: the edge hands the app the
-    requests file_server does not answer."""
-    return f'"{_base36(stat.st_mtime_ns // 10**9)}{_base36(stat.st_size)}"'  # Go's Unix(): floored
+def _file_etag(modified_s: int, size: int) -> str:
+    """Caddy file_server's ETag of a file (its mtime in whole seconds, then its size, in base 36),
+    so that a validator either one gave is good at the other: the edge hands the app the requests
+    file_server does not answer."""
+    return f'"{_base36(modified_s)}{_base36(size)}"'
 
 
 def _base36(number: int) -> str:

@@ -43,7 +43,7 @@ import bottle
 from jsonschema import Draft202012Validator
 
 from siteapi import openapi
-from siteapi.mcp_tools import InProcess, Outcome, Tool, endpoint_tools, snapshot_tools
+from siteapi.mcp_tools import BUDGET, InProcess, Outcome, Tool, endpoint_tools, snapshot_tools
 from siteapi.web import (MAX_BODY_BYTES, MAX_QUERY_BYTES, ApiError, Reply, body, caller, header, report_limits,
                          with_etag)
 
@@ -79,7 +79,6 @@ HEADER_MISMATCH, UNSUPPORTED_VERSION = -32020, -32022
 MODERN_STATUS = {PARSE_ERROR: 400, INVALID_REQUEST: 400, INVALID_PARAMS: 400, HEADER_MISMATCH: 400,
                  UNSUPPORTED_VERSION: 400, METHOD_NOT_FOUND: 404}
 REFUSAL_ID_BYTES = 64 * 1024  # of a refused request's body, read for its id; a longer one answers id null
-BUDGET = "read"  # the /mcp route's policy (app.py), one unit of which each tool call spends
 TOOL_CALLED = "siteapi.mcp_tool_called"  # environ: this POST's own unit paid for a tool call already
 
 

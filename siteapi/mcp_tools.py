@@ -32,6 +32,7 @@ from siteapi.ratelimit import RateLimiter, SlotsFull, TargetBudget, WorkSlots
 from siteapi.web import PAID_POLICY, RATE_HEADERS, ApiError, rate_refusal, slots_refusal
 
 log = logging.getLogger(__name__)
+BUDGET = "read"  # the /mcp route's policy (app.py), one unit of which each tool call spends
 
 CALL_TIMEOUT_S = 30
 
@@ -149,7 +150,7 @@ class InProcess:
         environ.update({"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": urlencode(query, errors="replace"),
                         "REMOTE_ADDR": caller, "HTTP_ACCEPT": "application/json", "wsgi.input": io.BytesIO(payload),
                         "CONTENT_LENGTH": str(len(payload)), "CONTENT_TYPE": "application/json",
-                        "wsgi.errors": sys.stderr, PAID_POLICY: "read"})
+                        "wsgi.errors": sys.stderr, PAID_POLICY: BUDGET})
         status, limits = [], []
 
         def start_response(line, headers, exc_info=None):

@@ -14,7 +14,6 @@ import functools
 import hashlib
 import json
 import logging
-import math
 import re
 import sqlite3
 import uuid
@@ -49,9 +48,8 @@ MAX_BODY_BYTES = 256 * 1024
 DOCS_PATH = "/developers"
 NOT_FOUND_HINT = "See /sitemap.xml for every page and /openapi.json for every API endpoint."
 _BAD_PATH = re.compile(r"[\x00-\x1f\x7f]|(^|/)\.\.(/|$)")
-# Response headers a cross-origin script may read beyond the CORS-safelisted ones (ETag: server cards and
-# images revalidate by it; Allow: a 405 names the methods).
-# What a cross-origin script may read beyond the CORS-safelisted headers: each one a route sends
+# Response headers a cross-origin script may read beyond the CORS-safelisted ones: each one a route
+# sends (ETag: server cards and images revalidate by it; Allow: a 405 names the methods).
 EXPOSED = ("Link, RateLimit, RateLimit-Policy, Retry-After, ETag, Allow, x-markdown-tokens, Content-Type, "
            "Content-Disposition, Content-Range, Accept-Ranges, Signature, Signature-Input")
 # The environ key of the response's convention headers (CORS, Link, rate limits, Cache-Control):
@@ -168,9 +166,13 @@ def _query_pairs(query_string: str) -> tuple[tuple[tuple[str, str], ...], tuple[
     except ValueError:
         raise ApiError(400, f"The query string has more than {MAX_FIELDS} parameters; send only the ones "
                        "the endpoint reads (see /openapi.json).", code="too_many_parameters") from None
-    undecoded = tuple(key.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-                      for key, value in pairs if _UNDECODED.search(key) or _UNDECODED.search(value))
-    return tuple(pair for pair in pairs if not (_UNDECODED.search(pair[0]) or _UNDECODED.search(pair[1]))), undecoded
+    decoded, undecoded = [], []
+    for key, value in pairs:
+        if _UNDECODED.search(key) or _UNDECODED.search(value):
+            undecoded.append(key.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+        else:
+            decoded.append((key, value))
+    return tuple(decoded), tuple(undecoded)
 
 
 def params() -> dict[str, str]:
@@ -197,27 +199,6 @@ def etag_matches(etag: str) -> bool:
         return False
     sent = [t.strip().removeprefix("W/") for t in header("If-None-Match").split(",")]
     return etag in sent or "*" in sent
-
-
-_ONE_BYTE_RANGE = re.compile(r"bytes=\s*(?:(\d+)-(\d*)|-(\d+))", re.I | re.ASCII)
-
-
-def served_range(etag: str, modified: float) -> str | None:
-    """The request's Range as Bottle reads it (`bytes=first-last`), when it is served from a file of
-    strong `etag` and mtime `modified`; None for the whole file. One valid byte range only (several
-    get the whole file, as RFC 9110 allows, where Bottle sent the first alone; another unit or no
-    valid range is ignored, RFC 9110 14.2), and an If-Range that still names this version (its
-    ETag, or its Last-Modified date), so that a download resumed across a change of the file gets
-    the new file whole, not two versions spliced."""
-    ranges = header("Range")
-    one = _ONE_BYTE_RANGE.fullmatch(ranges.strip()) if ranges and "," not in ranges else None
-    if one is None or (one[2] and int(one[2]) < int(one[1])):
-        return None
-    validator = header("If-Range").strip()
-    if validator and (validator != etag if validator.startswith('"')
-                      else bottle.parse_date(validator) != math.floor(modified)):  # as Last-Modified, before 1970 too
-        return None
-    return f"bytes=-{one[3]}" if one[3] else f"bytes={one[1]}-{one[2]}"
 
 
 def etag_of(body: bytes) -> str:
