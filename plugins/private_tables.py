@@ -17,21 +17,28 @@ pointer, one FTS3 table away from a call.
 A refused read in a table page's `_where` is the 403 the private table's own page answers, with a
 sentence saying what is refused and where the public tables are: Datasette's table view let the
 authorizer's error through as a 500 (its query view answers SQL's refusal with a 400 of its own).
+The private table's own page (`allow: false`) says the same, as JSON at its `.json` address: Datasette's
+`forbidden` answer is an HTML page at every address, naming only the permission refused.
 """
 import re
 import sqlite3
 
 from datasette import hookimpl
 from datasette.handle_exception import handle_exception as render_error
+from datasette.utils import tilde_decode
 from datasette.views.base import DatasetteError
 
 REFUSED_READ = re.compile(r"access to (.+)\.[^.]+ is prohibited")  # SQLite's words for SQLITE_DENY of a read
 
 
+def _private(datasette, database) -> set[str]:
+    config = datasette.plugin_config("private-tables", database=database, fallback=False) or {}
+    return {str(name).lower() for name in config.get("tables", [])} | {"dbstat", "pragma_database_list"}
+
+
 @hookimpl
 def prepare_connection(conn, database, datasette):
-    config = datasette.plugin_config("private-tables", database=database, fallback=False) or {}
-    private = {str(name).lower() for name in config.get("tables", [])} | {"dbstat", "pragma_database_list"}
+    private = _private(datasette, database)
 
     def authorize(action, table, column, _schema, _trigger_or_view):
         if action == sqlite3.SQLITE_READ and column and (table or "").lower() in private:
@@ -43,13 +50,22 @@ def prepare_connection(conn, database, datasette):
     conn.set_authorizer(authorize)
 
 
-@hookimpl
-def handle_exception(datasette, request, exception):
-    refused = isinstance(exception, sqlite3.DatabaseError) and REFUSED_READ.fullmatch(str(exception))
-    if not refused:
-        return None
+def _refusal(datasette, request, table: str):
     database = request.url_vars.get("database")
     public = datasette.urls.path(database) if database else datasette.urls.instance()  # as the URL spells it
     return render_error(datasette, request, DatasetteError(
-        f"{refused[1]} is a private table: no query may read it, not even a _where (its row count is public). "
+        f"{table} is a private table: no query may read it, not even a _where (its row count is public). "
         f"The public tables are listed at {public}.", title="Forbidden", status=403))
+
+
+@hookimpl
+def handle_exception(datasette, request, exception):
+    refused = isinstance(exception, sqlite3.DatabaseError) and REFUSED_READ.fullmatch(str(exception))
+    return _refusal(datasette, request, refused[1]) if refused else None
+
+
+@hookimpl
+def forbidden(datasette, request, message):
+    table = tilde_decode(request.url_vars.get("table") or "")
+    database = tilde_decode(request.url_vars.get("database") or "")
+    return _refusal(datasette, request, table) if table.lower() in _private(datasette, database) else None

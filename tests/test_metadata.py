@@ -125,7 +125,12 @@ def test_private_tables_are_unreadable_through_datasette(datasette):
         refused = sql(datasette, f"select * from {table}")
         assert refused.status_code == 400 and "prohibited" in refused.json()["error"], table
         assert sql(datasette, f"select count(*) as n from {table}").json()[0]["n"] >= 1, table  # rows to hide
-        assert requests.get(f"{datasette}/site/{table}.json", timeout=30).status_code == 403, table
+        for page in (f"{table}.json", f"{table}/1.json", f"{table}.json?_shape=array"):
+            closed = requests.get(f"{datasette}/site/{page}", timeout=30)
+            assert closed.status_code == 403 and closed.json()["error"].startswith(
+                f"{table} is a private table"), (page, closed.text[:200])  # JSON at a .json address, not HTML
+        closed = requests.get(f"{datasette}/site/{table}", timeout=30)
+        assert closed.status_code == 403 and f"{table} is a private table" in closed.text, table
     leak = sql(datasette, "select count(*) from pages where exists "
                           "(select 1 from lens_discovery_cache where origin like '%staging%')")
     assert leak.status_code == 400 and "prohibited" in leak.json()["error"]
