@@ -403,8 +403,10 @@ def now_iso(ago_s: float = 0) -> str:
 
 
 def parse_iso(stored: str) -> datetime:
-    """A time as site.db stores it (iso_at), as an aware UTC datetime."""
-    return datetime.fromisoformat(stored)
+    """A time as site.db stores it (iso_at), as an aware UTC datetime. A time with no zone (an
+    owner's hand edit) is read as UTC, as every stored time is, rather than failing a comparison."""
+    parsed = datetime.fromisoformat(stored)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 def storage_problem(path: str | Path, exc: BaseException) -> str:

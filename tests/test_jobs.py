@@ -144,6 +144,12 @@ def test_status_says_when_a_job_has_recorded_no_run_since_one_was_due(settings, 
     assert "can it write site.db?" in lines["content"]
     assert "no run recorded" not in lines["photos"] + lines["lens-caches"] + lines["calendar"]
     assert "no run recorded since, though one was due" in lines["census"]
+    with db.transaction(conn := db.writer(settings.db_path)):  # an owner's hand edit, with no zone
+        conn.execute("UPDATE job_runs SET finished = ? WHERE name = 'content'", (db.now_iso(3590).rstrip("Z"),))
+    conn.close()
+    assert jobs.status(settings) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "| no run recorded since, though one was due " in lines["content"]
     due = jobs.next_due("census", datetime(2026, 11, 18, 9, 0, tzinfo=timezone.utc))  # a Wednesday
     assert due == datetime(2026, 11, 23, 8, 17, tzinfo=timezone.utc)  # the Monday after, 08:17 UTC
 
