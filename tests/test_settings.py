@@ -90,6 +90,18 @@ def test_overrides_of_keys_the_file_leaves_out_are_read(monkeypatch, tmp_path):
         load_settings()
 
 
+def test_the_rates_checked_date_may_be_written_as_a_toml_date_or_text(tmp_path):
+    """The natural spelling, an unquoted TOML date, had stopped the app (review24 L2); text that is
+    no date, which the lens would show as the prices' date, stops it with a sentence."""
+    from siteapi.lens.settings import lens_settings
+    line = next(line for line in (ROOT / "site.toml").read_text().splitlines() if line.startswith("rates_checked"))
+    for written, shown in (("rates_checked = 2026-11-21", "2026-11-21"), ('rates_checked = "2026-11-21"', "2026-11-21")):
+        assert lens_settings(load_settings(site_toml(tmp_path, line, written)))["rates_checked"] == shown
+    for written in ('rates_checked = "last week"', 'rates_checked = "2026-02-30"', "rates_checked = 2026-11-21T08:00:00Z"):
+        with pytest.raises(SettingsError, match=r"Setting \[lens\] rates_checked .*must be "):
+            lens_settings(load_settings(site_toml(tmp_path, line, written)))
+
+
 def test_bad_setting_stops_the_app_with_one_sentence():
     out = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env={"SITE_RATE_READ_Q": "x", "PATH": "/usr/bin"},
                          capture_output=True, text=True, timeout=60)

@@ -2,7 +2,9 @@
 (`lens_settings`) and the full scan's, mode=cloudflare's and the caches' (`scan_settings`)."""
 from __future__ import annotations
 
-from siteapi.config import option
+from datetime import date
+
+from siteapi.config import SettingsError, option
 
 
 def lens_settings(settings) -> dict:
@@ -13,8 +15,19 @@ def lens_settings(settings) -> dict:
         "max_redirects": option(settings, "lens", "max_redirects", 5, 0, 10),
         "raw_cap_kb": option(settings, "lens", "raw_cap_kb", 2048, 64, 16384),
         "rates": option(settings, "lens", "rates", []),  # none: cost.DEFAULT_RATES
-        "rates_checked": option(settings, "lens", "rates_checked", ""),
+        "rates_checked": _rates_checked(settings),
     }
+
+
+def _rates_checked(settings) -> str:
+    """[lens] rates_checked as YYYY-MM-DD: a TOML date (2026-11-21, unquoted) or that text in quotes."""
+    written = settings.section("lens").get("rates_checked") if settings is not None else None
+    checked = written.isoformat() if type(written) is date else option(settings, "lens", "rates_checked", "")
+    try:
+        return checked and date.fromisoformat(checked).isoformat()
+    except ValueError:
+        raise SettingsError(f"Setting [lens] rates_checked (SITE_LENS_RATES_CHECKED) must be the date the prices "
+                            f"were last checked, such as 2026-11-21, not {checked!r}.") from None
 
 
 def scan_settings(settings) -> dict:
