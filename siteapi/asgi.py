@@ -1,7 +1,7 @@
 """What the Datasette plugins (plugins/) share at the ASGI level: the site's settings, the path as
 Datasette routes it, and an answer sent before Datasette runs, the app's JSON errors included."""
 from siteapi.config import Settings, SettingsError, load_settings
-from siteapi.web import DOCS_PATH, NO_STORE, ApiError, json_bytes
+from siteapi.web import CORS, DOCS_PATH, NO_STORE, ApiError, json_bytes
 
 
 def site_settings() -> Settings:
@@ -38,5 +38,5 @@ async def refuse(send, scope: dict, error: ApiError, settings: Settings, headers
     stored; a HEAD gets the headers alone."""
     body = json_bytes({**error.body, "docs": settings.url(DOCS_PATH)})
     await answer(send, error.status, [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                                      ("Cache-Control", NO_STORE), *error.headers.items(), *headers],
+                                      ("Cache-Control", NO_STORE), *CORS, *error.headers.items(), *headers],
                  b"" if scope["method"].upper() == "HEAD" else body)

@@ -56,6 +56,16 @@ EXPOSED = ("Link, RateLimit, RateLimit-Policy, Retry-After, ETag, Allow, x-markd
 # kept in wire form and appended by Site.wsgi as the response starts, because Bottle's per-header
 # normalising cost a fifth of /search.json's throughput (bench_search.py). Route-specific headers
 # (Reply.headers) still go through Bottle.
+CORS = [("Access-Control-Allow-Origin", "*"), ("Access-Control-Expose-Headers", EXPOSED)]
+
+
+def preflight_headers(methods: Iterable[str]) -> list[tuple[str, str]]:
+    """An OPTIONS answer's headers: the methods a path answers, any request header, for a day."""
+    allowed = ", ".join(methods)
+    return [("Allow", allowed), ("Access-Control-Allow-Methods", allowed), ("Access-Control-Allow-Headers", "*"),
+            ("Access-Control-Max-Age", "86400")]
+
+
 CONVENTION_HEADERS = "siteapi.convention_headers"
 LENGTH_UNKNOWN = "siteapi.length_unknown"  # a HEAD whose GET would send a body of a length not known here
 # The environ key naming a policy whose unit the caller has spent on this request already: an MCP
@@ -362,8 +372,7 @@ class Site:
             '</mcp/server-card>; rel="service-meta"; type="application/mcp-server-card+json"',
             '</.well-known/mcp/server-card.json>; rel="service-meta"; type="application/json"',
         ])
-        self.static_headers = [("Link", link_header), ("Access-Control-Allow-Origin", "*"),
-                               ("Access-Control-Expose-Headers", EXPOSED), ("X-Content-Type-Options", "nosniff")]
+        self.static_headers = [("Link", link_header), *CORS, ("X-Content-Type-Options", "nosniff")]
         self.routes: dict[str, Route] = {}  # rule -> Route, in the order declared
 
     # -- declaring routes ------------------------------------------------------------------------
@@ -458,9 +467,7 @@ class Site:
                 handler(**url_args)  # raises the 404 of a path that names nothing; a real one goes on to its 204, 405 or 400
             if method == "OPTIONS" and "OPTIONS" in route.methods:
                 response.status = 204
-                request.environ[CONVENTION_HEADERS] += [
-                    ("Allow", ", ".join(route.methods)), ("Access-Control-Allow-Methods", ", ".join(route.methods)),
-                    ("Access-Control-Allow-Headers", "*"), ("Access-Control-Max-Age", "86400")]
+                request.environ[CONVENTION_HEADERS] += preflight_headers(route.methods)
                 return b""
             if method not in route.methods:
                 raise method_refusal(request.path, method, route.methods)

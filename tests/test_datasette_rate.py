@@ -124,8 +124,13 @@ def test_methods_and_versions_follow_the_sites_rules(port, path):
         assert json.loads(refused.body) == {"error": f"{path} answers GET, HEAD, OPTIONS, not {method}.",
                                             "code": "method_not_allowed", "status": 405,
                                             "allow": ["GET", "HEAD", "OPTIONS"], "docs": DOCS}
-    options = get(port, path, caller, method="OPTIONS")
+    options = get(port, path, caller, method="OPTIONS", headers={"Origin": "https://x.example",
+                                                                 "Access-Control-Request-Method": "GET"})
     assert (options.status, options.headers["Allow"], options.body) == (204, "GET, HEAD, OPTIONS", b"")
+    assert {name: options.headers[name] for name in ("Access-Control-Allow-Origin", "Access-Control-Allow-Methods",
+                                                     "Access-Control-Allow-Headers")} == {
+        "Access-Control-Allow-Origin": "*", "Access-Control-Allow-Methods": "GET, HEAD, OPTIONS",
+        "Access-Control-Allow-Headers": "*"}  # a browser's preflight passes, as at the app's routes
     for version, status in (("1", 200), ("", 200), ("2", 400), ("1, 2", 400)):
         answer = get(port, path, caller, headers={"API-Version": version})
         assert answer.status == status, (version, answer)
@@ -134,6 +139,26 @@ def test_methods_and_versions_follow_the_sites_rules(port, path):
             assert json.loads(answer.body)["supported"] == ["1"]
     head = get(port, path, caller, method="HEAD", headers={"API-Version": "2"})
     assert head.status == 400 and head.body == b""
+
+
+def test_any_origin_reads_the_data_errors_are_never_stored_and_ttl_only_shortens(port):
+    """As the app's answers: any script may read them, RateLimit included (Datasette sends no CORS
+    without --cors); a 404 or 403 carries no-store (Datasette's had no Cache-Control, so a cache could
+    keep a table's absence); a link's `_ttl` cannot make browsers keep rebuilt data for a year."""
+    callers = (f"2001:db8:9:{n}::1" for n in range(100))  # a budget each: a /64 is one caller
+    for path, status in ((TABLE, 200), ("/data/site/nope.json", 404), ("/data/site/job_runs.json", 403),
+                         ("/data/-/static/app.css", 200)):
+        answer = get(port, path, next(callers), headers={"Origin": "https://x.example"})
+        assert answer.status == status and answer.headers.get_all("Access-Control-Allow-Origin") == ["*"], (path, answer)
+        assert "RateLimit" in answer.headers["Access-Control-Expose-Headers"].split(", "), path
+        if status >= 400:
+            assert answer.headers.get_all("Cache-Control") == ["no-store"], (path, answer)
+    for ttl, kept in (("31536000", "max-age=5"), ("2", "max-age=2"), ("0", "no-cache"), ("x", "max-age=5")):
+        assert get(port, f"{TABLE}?_ttl={ttl}", next(callers)).headers["Cache-Control"] == kept, ttl
+    caller = next(callers)
+    answers = [get(port, TABLE, caller) for _ in range(QUOTA + 1)]
+    assert answers[-1].status == 429  # the rate plugin's refusal, once CORS-readable whichever plugin is outer
+    assert answers[-1].headers.get_all("Access-Control-Allow-Origin") == ["*"], answers[-1]
 
 
 def test_static_files_cost_nothing(port):
