@@ -2,6 +2,7 @@
 project's Datasette (as `make run` starts it, on a site.db built from content/) keeps the private
 tables unreadable and bounds what one query can make it hold."""
 import contextlib
+import html
 import importlib.util
 import re
 import socket
@@ -264,3 +265,14 @@ def test_links_take_the_scheme_caddy_forwards(datasette):
         r = requests.get(f"{datasette}/site/photos.json", params={"_size": "1"},
                          headers={"X-Forwarded-Proto": scheme}, timeout=30)
         assert r.json()["next_url"].startswith(f"{scheme}://127.0.0.1:"), r.json()["next_url"]
+
+
+def test_photo_thumbnails_are_links_named_by_their_caption(datasette):
+    """A thumbnail is its link's only content: an empty alt left the link with no name for a screen
+    reader (html_audit25 F11). Each says the photo's caption, escaped, as the archive has it."""
+    page = requests.get(f"{datasette}/site/photos", params={"_size": "max"}, timeout=30).text
+    rows = requests.get(f"{datasette}/site/photos.json", params={"_shape": "array", "_size": "max"}, timeout=30).json()
+    images = re.findall(r'<a href="/images/[^"]+"><img src="/images/[^"]+" alt="([^"]*)"', page)
+    assert len(images) == 2 * len(rows) >= 20  # thumb_xs and thumb_small of each photo
+    assert {html.unescape(alt) for alt in images} == {row["alt"] or row["stem"] for row in rows}  # no caption: its name
+    assert any(not row["alt"] for row in rows) and all(images)
