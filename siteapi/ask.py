@@ -34,8 +34,6 @@ TOP_K_DEFAULT, TOP_K_MAX = 10, 50
 MODES_SUPPORTED = ["list"]
 MODES_UNSERVED = ("summarize", "generate")
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
-SCHEMA_TYPES = {"page": "WebPage", "writing": "BlogPosting", "document": "DigitalDocument", "utility": "WebAPI"}
-SCHEMA_DESCRIPTION_CHARS = 300
 
 
 @dataclass
@@ -400,15 +398,7 @@ def result(settings, url: str, name: str, kind: str, score: int, snippet: str, d
         "site": settings.site_host,
         "score": score,
         "description": snippet,
-        "schema_object": {
-            "@context": "https://schema.org",
-            "@type": SCHEMA_TYPES.get(kind, "WebPage"),
-            "@id": url,
-            "url": url,
-            "name": name,
-            "description": (description or snippet)[:SCHEMA_DESCRIPTION_CHARS],
-            "isPartOf": settings.public_base_url + "/#website",
-        },
+        "schema_object": pages.schema_node(settings, url, name, kind, description or snippet),
     }
 
 

@@ -14,13 +14,14 @@ import difflib
 import functools
 import hashlib
 import html
+import json
 import re
 import sqlite3
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 from xml.sax.saxutils import escape as xml_escape
 
 import bottle
@@ -106,12 +107,43 @@ def _render_body(body: str) -> str:
     return markdown.render(body)
 
 
+# A page's schema.org type by its kind: the pages' JSON-LD and /ask's schema_object say the same.
+SCHEMA_TYPES = {"page": "WebPage", "writing": "BlogPosting", "document": "DigitalDocument", "utility": "WebAPI"}
+SCHEMA_DESCRIPTION_CHARS = 300
+
+
+def schema_node(settings, url: str, name: str, kind: str, description: str) -> dict:
+    """The schema.org node of the page at `url`, part of the site's WebSite node."""
+    return {"@context": "https://schema.org", "@type": SCHEMA_TYPES.get(kind, "WebPage"), "@id": url, "url": url,
+            "name": name, "description": description[:SCHEMA_DESCRIPTION_CHARS],
+            "isPartOf": settings.public_base_url + "/#website"}
+
+
+def _json_ld(settings, url: str, title: str, description: str, kind: str, date: str | None) -> str:
+    """The page's JSON-LD: the site's WebSite node, which /ask's schema_object names, and the page's
+    own; a post's date as published. Every < escaped, so no text can end the script element."""
+    page = schema_node(settings, url, title, kind, description)
+    del page["@context"]
+    if kind == "writing":
+        page["headline"] = title
+        if date:
+            page["datePublished"] = date
+    site = {"@type": "WebSite", "@id": settings.public_base_url + "/#website", "url": settings.public_base_url + "/",
+            "name": settings.site_name}
+    graph = {"@context": "https://schema.org", "@graph": [site, page]}
+    return json.dumps(graph, ensure_ascii=False).replace("<", "\\u003c")
+
+
 def html_page(settings, title: str, description: str, body_html: str, path: str | None,
-              markdown_path: str | None) -> str:
-    """The page template; `path` None (a 404) names no canonical URL, since nothing lives there."""
+              markdown_path: str | None, kind: str = "page", date: str | None = None) -> str:
+    """The page template; `path` None (a 404) names no canonical URL and describes no page, since
+    nothing lives there. A post (kind writing) shows its date, as its Markdown twin does."""
+    canonical = path and page_url(settings, path)
     return TEMPLATE.render(site=settings.site_name, title=title, description=description, body=body_html,
-                           canonical=path and page_url(settings, path),
-                           markdown_path=markdown_path and quote(markdown_path, safe=URL_SAFE))
+                           canonical=canonical, markdown_path=markdown_path and quote(markdown_path, safe=URL_SAFE),
+                           published=date if kind == "writing" else None,
+                           og_type="article" if kind == "writing" else "website",
+                           json_ld=canonical and _json_ld(settings, canonical, title, description, kind, date))
 
 
 def html_reply(text: str, cache: str = PAGE_CACHE) -> Reply:
@@ -145,7 +177,7 @@ def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str, route
         return markdown_reply(page_markdown(row), cache=NEGOTIATED_CACHE)
     body = _render_body(row["body"])
     markdown_path = None if routed(twin_path(lookup)) else twin_path(lookup)
-    text = html_page(settings, row["title"], row["description"], body, lookup, markdown_path)
+    text = html_page(settings, row["title"], row["description"], body, lookup, markdown_path, row["kind"], row["date"])
     return html_reply(text)
 
 
@@ -311,6 +343,13 @@ def _code_span(text: str) -> str:
     return f"{fence} {text} {fence}"
 
 
+def _site_path(url: str) -> str:
+    """A suggestion as the HTML 404 links it: its path, which a screen reader need not spell out from
+    https:// on, and which leads to the same stack the page came from (a local one, too)."""
+    parts = urlsplit(url)
+    return urlunsplit(("", "", parts.path or "/", parts.query, ""))
+
+
 def render_error(settings, fmt: str, body: dict, path: str) -> tuple[str, str, dict]:
     """A 404 as Markdown or HTML, with its extra headers; JSON is handled by the web layer."""
     links = body.get("suggestions") or []
@@ -322,9 +361,8 @@ def render_error(settings, fmt: str, body: dict, path: str) -> tuple[str, str, d
         text = f"# Not found\n\n{sentence}\n\n" + "".join(f"- <{u}>\n" for u in links)
         text += f"\nSee also the [sitemap]({settings.url('/sitemap.xml')}).\n"
         return MARKDOWN_TYPE, text, {"x-markdown-tokens": str(tokens.count(text))}
-    items = "".join(f'<li><a href="{html.escape(u)}">{html.escape(u)}</a></li>' for u in links)
-    content = (f"<p>{html.escape(body['error'])}</p>"
-               + (f"<p>Perhaps you meant:</p><ul>{items}</ul>" if items else "")
+    items = "".join(f'<li><a href="{html.escape(p)}">{html.escape(p)}</a></li>' for p in map(_site_path, links))
+    content = ((f"<p>Perhaps you meant:</p><ul>{items}</ul>" if items else "")
                + '<p>Or start from the <a href="/">home page</a> or the <a href="/sitemap.xml">sitemap</a>.</p>')
     return (HTML_TYPE, html_page(settings, "Not found", body["error"], content, None, None),
             {"Content-Security-Policy": CONTENT_SECURITY_POLICY})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from siteapi import ask, db, ranker
+from siteapi import ask, db, pages, ranker
 from siteapi.config import ROOT, load_settings
 from siteapi.content import ContentError, run_content
 from siteapi.ratelimit import RateLimiter
@@ -470,7 +470,7 @@ def test_lexical_scores_are_scaled_1_to_100(site):
     assert body["_meta"]["ranking"] == "lexical:rate-limited" and body["_meta"]["retrieval"] == "lexical"
     scores = [r["score"] for r in body["results"]]
     assert all(1 <= s <= 100 for s in scores) and scores == sorted(scores, reverse=True) and scores[0] > scores[-1]
-    assert body["results"][0]["description"] and body["results"][0]["schema_object"]["@type"] in ask.SCHEMA_TYPES.values()
+    assert body["results"][0]["description"] and body["results"][0]["schema_object"]["@type"] in pages.SCHEMA_TYPES.values()
 
 
 @pytest.mark.parametrize("question, low, high", [

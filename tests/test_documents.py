@@ -37,6 +37,8 @@ def assert_runs_under_its_policy(response):
     tree = html5lib.parse(response.text, namespaceHTMLElements=False)
     for tag, directive in (("script", "script-src"), ("style", "style-src")):
         for element in tree.iter(tag):
+            if tag == "script" and element.get("type") == "application/ld+json":
+                continue  # a data block, which no browser runs, so no policy applies to it
             digest = base64.b64encode(hashlib.sha256((element.text or "").encode()).digest()).decode()
             assert f"'sha256-{digest}'" in policy[directive].split(), (response.url, tag)
     for element in tree.iter():
@@ -99,6 +101,42 @@ def test_every_page_is_strict_html5_with_a_markdown_twin(api, site_settings):
         md = api.get(twin)
         assert md.status_code == 200 and md.headers["Content-Type"] == "text/markdown; charset=utf-8", twin
         assert md.text.startswith("# ")
+
+
+def test_every_page_says_what_it_is_as_ask_does_and_a_post_when_it_was_published(api, site_settings):
+    """Each page's JSON-LD names the site's WebSite node, which /ask's schema_object points into,
+    and its own node, the one /ask gives for it; a post shows its date in words as its Markdown
+    twin does, and as datePublished (html_audit25 F2, F4). The navigation can wrap (F1)."""
+    from siteapi import db
+    site = site_settings.public_base_url
+    rows = db.connect(site_settings.db_path, readonly=True).execute("SELECT path, title, kind, date FROM pages").fetchall()
+    assert {row["kind"] for row in rows} == {"page", "writing", "document", "utility"}
+    asked = {}
+    for row in rows:
+        if row["path"] == "/developers":
+            continue  # the app's guide, titled as the guide; the content row is its introduction
+        page = api.get(row["path"], headers={"Accept": "text/html"}).text
+        blocks = re.findall(r'<script type="application/ld\+json">(.*?)</script>', page, re.S)
+        assert len(blocks) == 1 and "<" not in blocks[0], row["path"]
+        website, node = json.loads(blocks[0])["@graph"]
+        assert website == {"@type": "WebSite", "@id": f"{site}/#website", "url": f"{site}/", "name": site_settings.site_name}
+        canonical = re.search(r'<link rel="canonical" href="([^"]+)">', page)[1]
+        assert node["@id"] == node["url"] == canonical and node["isPartOf"] == website["@id"], row["path"]
+        assert f'<meta property="og:url" content="{canonical}">' in page
+        assert re.search(r'<a href="/">[^<]+</a>\s+<a href="/writing">', page)  # a break between the links
+        published = f"Published {row['date']}."
+        if row["kind"] == "writing":
+            assert node["@type"] == "BlogPosting" and node["datePublished"] == row["date"] and node["headline"] == row["title"]
+            assert f'Published <time datetime="{row["date"]}">{row["date"]}</time>.' in page
+            assert published in api.get(row["path"] + ".md").text
+        else:
+            assert "datePublished" not in node and "Published <time" not in page, row["path"]
+        if len(asked) < 8 or row["kind"] not in {n["@type"] for n in asked.values()}:
+            asked[canonical] = {k: v for k, v in node.items() if k not in ("headline", "datePublished")}
+    for url, node in asked.items():  # /ask describes each page as the page does itself
+        answer = api.get("/ask", params={"query": node["name"], "streaming": "0", "top_k": "50"}).json()
+        found = [r["schema_object"] for r in answer["results"] if r["url"] == url]
+        assert found and found[0] == {"@context": "https://schema.org", **node}, url
 
 
 @pytest.mark.parametrize("accept, markdown", [

@@ -4,6 +4,7 @@ import dataclasses
 import html
 import http.client
 import json
+from urllib.parse import urlsplit
 
 import html5lib
 import pytest
@@ -38,7 +39,8 @@ def test_a_mistyped_endpoint_is_suggested_with_the_parameters_it_reads(api, site
     followed = api.get(suggestions[0].removeprefix(site_settings.public_base_url))
     assert followed.status_code == 200 and followed.json()["query"] == "café & jets"
     assert f"<{wanted}>" in api.get(path, headers={"Accept": "text/markdown"}).text
-    assert f'href="{html.escape(wanted)}"' in api.get(path, headers={"Accept": "text/html"}).text
+    relative = wanted.removeprefix(site_settings.public_base_url)  # the HTML links it on the stack it came from
+    assert f'href="{html.escape(relative)}"' in api.get(path, headers={"Accept": "text/html"}).text
     # without its required q, or with one too long to carry, the endpoint is its section of the guide
     for missing in ("/serch.json?limit=2", "/serch.json?q=" + "x" * 1200):
         assert api.get(missing).json()["suggestions"][0].endswith("/developers#searchSite"), missing
@@ -89,7 +91,12 @@ def test_unknown_page_404_follows_accept(api):
     assert int(as_md.headers["x-markdown-tokens"]) > 10
     suggestions = as_json.json()["suggestions"]
     assert all(f"<{url}>" in as_md.text for url in suggestions)
-    assert all(f'href="{url}"' in as_html.text for url in suggestions)
+    for url in suggestions:  # each by its path, link and text: a screen reader need not spell out https://
+        path = urlsplit(url).path + (f"?{urlsplit(url).query}" if urlsplit(url).query else "")
+        assert f'<a href="{html.escape(path)}">{html.escape(path)}</a>' in as_html.text, path
+    main = as_html.text[as_html.text.index("<main"):as_html.text.index("</main>")]
+    assert main.count("Nothing lives at") == 1  # the lede says it, not the body again (html_audit25 F8)
+    assert "/llms.txt" not in as_html.text  # no "Also available as Markdown" link where no twin is
     assert all(r.headers["Vary"] == "Accept" for r in (as_html, as_json, as_md))  # the format follows Accept
     api_like = api.get("/api/v2/things")
     assert api_like.headers["Content-Type"].startswith("application/json")
