@@ -3,7 +3,8 @@ plain text, and the incremental `content` job.
 
 A content file is Markdown with YAML front matter (title, description, date, kind, path, tags).
 The job reads every file, parses outside any transaction, then applies added, changed and
-deleted pages in one short write transaction. A file that does not parse is reported by file and
+deleted pages in one short write transaction, with the page index of scripts written without
+spaces (`pages_unspaced`). A file that does not parse is reported by file and
 line; its last good row stays, and every other page is still indexed. A path claimed by two files stays
 with the file that already publishes it. A content folder that is missing, or empty while pages exist,
 is refused and every page kept.
@@ -53,12 +54,46 @@ CREATE TRIGGER IF NOT EXISTS pages_au AFTER UPDATE ON pages BEGIN
     INSERT INTO pages_fts(pages_fts, rowid, title, description, text) VALUES ('delete', old.rowid, old.title, old.description, old.text);
     INSERT INTO pages_fts(rowid, title, description, text) VALUES (new.rowid, new.title, new.description, new.text);
 END;
+-- The pages with letters of a script written without spaces (Chinese, Japanese, Thai...), each of
+-- those letters a word of its own: pages_fts reads a whole run between punctuation as one word, so
+-- 東京 would find no page that says 東京タワー. The content job keeps it (index_unspaced); search.py
+-- asks it for the pairs of letters in a query's words.
+CREATE VIRTUAL TABLE IF NOT EXISTS pages_unspaced USING fts5(
+    title, description, text, path UNINDEXED, hash UNINDEXED, tokenize='porter unicode61'
+);
 CREATE TABLE IF NOT EXISTS site_files (
     name TEXT PRIMARY KEY,
     body TEXT NOT NULL,
     hash TEXT NOT NULL
 );
 """
+
+# The letters of the scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, Han
+# (with its iteration marks and the CJK radicals) and kana, full- and half-width; not the katakana
+# middle dot, which parts words.
+UNSPACED = re.compile("[\u0e01-\u0e5b\u0e81-\u0edf\u1000-\u109f\u1780-\u17ff\u2e80-\u2fdf\u3005-\u3007"
+                      "\u3021-\u3029\u3038-\u303b\u3041-\u309f\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff"
+                      "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f\U0001b000-\U0001b16f"
+                      "\U00020000-\U0003134f]")
+
+
+def spaced(text: str) -> str:
+    """`text` with each UNSPACED letter set apart by spaces: one word each to the index's tokenizer."""
+    return UNSPACED.sub(r" \g<0> ", text)
+
+
+def index_unspaced(conn, pages: dict) -> None:
+    """Bring `pages_unspaced` to `pages` ({path: row with hash, title, description and text}): a row
+    for each page that holds an UNSPACED letter, made again when its hash changes."""
+    indexed = dict(conn.execute("SELECT path, hash FROM pages_unspaced").fetchall())
+    stale = [(path,) for path, hash_ in indexed.items() if path not in pages or pages[path]["hash"] != hash_]
+    conn.executemany("DELETE FROM pages_unspaced WHERE path = ?", stale)
+    conn.executemany(
+        "INSERT INTO pages_unspaced(title, description, text, path, hash) VALUES (?, ?, ?, ?, ?)",
+        [(spaced(row["title"]), spaced(row["description"]), spaced(row["text"]), path, row["hash"])
+         for path, row in pages.items() if indexed.get(path) != row["hash"]
+         and any(UNSPACED.search(row[field]) for field in ("title", "description", "text"))])
+
 
 markdown = MarkdownIt("commonmark", {"typographer": False}).enable("table")
 # Part of every page's hash: bump it when plain_text() changes, so the next content run re-reads every
@@ -395,6 +430,7 @@ def run_content(settings) -> str:
                     page.row(),
                 )
             conn.executemany("DELETE FROM pages WHERE path = ?", [(p,) for p in gone])
+            index_unspaced(conn, after)
             if resume is not None:
                 conn.execute(
                     "INSERT INTO site_files(name, body, hash) VALUES ('resume.json', ?, ?)"

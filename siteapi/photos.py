@@ -24,6 +24,7 @@ from urllib.parse import quote
 import numpy as np
 
 from siteapi import db, ranker, search
+from siteapi.content import UNSPACED
 from siteapi.web import ApiError, clamp_int
 
 SCHEMA = """
@@ -194,8 +195,8 @@ class _Index:
 
     def term_mask(self, field_name: str, term: str) -> np.ndarray:
         """Rows whose field holds a token that starts with the term or its plural stem, a token of
-        5+ characters the term starts with, or (for a term with a digit) a token holding the term;
-        the term in each of its spellings (search.spellings)."""
+        5+ characters the term starts with, or (for a term with a digit or a letter of a script written
+        without spaces) a token holding the term; the term in each of its spellings (search.spellings)."""
         vocab, postings = self.vocab[field_name], self.postings[field_name]
         tokens = set()
         for spelling in search.spellings(term):  # Straße and STRASSE, as the site search reads them
@@ -205,7 +206,7 @@ class _Index:
                     tokens.add(vocab[i])
                     i += 1
             tokens.update(spelling[:k] for k in range(5, len(spelling)) if spelling[:k] in postings)
-            if any(ch.isdigit() for ch in spelling):
+            if any(ch.isdigit() for ch in spelling) or UNSPACED.search(spelling):  # 東京 inside 東京駅の朝
                 tokens.update(token for token in vocab if spelling in token)
         mask = np.zeros(self.size, dtype=bool)
         for token in tokens:

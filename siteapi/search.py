@@ -1,4 +1,9 @@
-"""/search.json: query terms, FTS5 bm25 ranking (title over description over body), snippets."""
+"""/search.json: query terms, FTS5 bm25 ranking (title over description over body), snippets.
+
+A word with letters of a script written without spaces (Chinese, Japanese, Thai...) is searched in
+`pages_unspaced` as the phrase of its letters, so it is found inside any longer run of text, as
+a reader's find-in-page finds it: 東京 finds the page that says 東京タワー. Other words are searched
+in `pages_fts`; a page found by both scores the sum."""
 from __future__ import annotations
 
 import re
@@ -6,7 +11,7 @@ import sqlite3
 import unicodedata
 
 from siteapi import db, graphemes
-from siteapi.content import shown
+from siteapi.content import UNSPACED, shown, spaced
 from siteapi.pages import page_url
 from siteapi.web import ApiError, Reply, cached_json, clamp_int
 
@@ -76,8 +81,10 @@ def words(text: str, cut: int | None = None) -> list[str]:
 
 
 def tokens(query: str) -> list[str]:
-    """The words of the query's first 160 characters longer than one character, the first 12."""
-    return [t for t in words(query[:MAX_QUERY], MAX_QUERY) if len(t) > 1][:MAX_TERMS]
+    """The words of the query's first 160 characters longer than one character (a Chinese or
+    Japanese letter is a word on its own), the first 12."""
+    return [t for t in words(query[:MAX_QUERY], MAX_QUERY) if len(t) > 1 or UNSPACED.match(t)][:MAX_TERMS]
+
 
 
 def terms(query: str) -> list[str]:
@@ -120,9 +127,12 @@ def spellings(word: str) -> list[str]:
 
 
 def stems_pattern(words: list[str]) -> re.Pattern:
-    """Matches the start of any term's stem (in either spelling) at a word boundary, in `fold`ed text."""
-    stems = sorted({_stem(fold(s)) for w in words for s in spellings(w)}, key=len, reverse=True)
-    return re.compile(r"\b(?:" + "|".join(map(re.escape, stems)) + ")")
+    """Matches the start of any term's stem (in either spelling) at a word boundary, or an UNSPACED
+    term anywhere, in `fold`ed text."""
+    stems = sorted({_stem(fold(s)) for w in words if not UNSPACED.search(w) for s in spellings(w)}, key=len, reverse=True)
+    inside = sorted({fold(w) for w in words if UNSPACED.search(w)}, key=len, reverse=True)
+    return re.compile("|".join(([r"\b(?:" + "|".join(map(re.escape, stems)) + ")"] if stems else [])
+                               + [re.escape(w) for w in inside]))
 
 
 def snippet(text: str, pattern: re.Pattern) -> str:
@@ -162,17 +172,41 @@ def search(conn: sqlite3.Connection, q: str, limit: int, settings) -> dict:
     return {"query": query, **cache[key]}
 
 
+_BM25 = ", ".join(map(str, WEIGHTS))
+_HITS = {  # (page path, score) of a MATCH in each index
+    "pages_fts": f"SELECT p.path, -bm25(pages_fts, {_BM25}) AS score FROM pages_fts JOIN pages p ON p.rowid = pages_fts.rowid"
+                 " WHERE pages_fts MATCH ?",
+    "pages_unspaced": f"SELECT path, -bm25(pages_unspaced, {_BM25}) AS score FROM pages_unspaced WHERE pages_unspaced MATCH ?",
+}
+
+
 def rank(conn: sqlite3.Connection, words: list[str], limit: int, settings) -> dict:
     """Total before the limit and the ranked rows with kind and snippet."""
-    match = fts_match(words)
+    unspaced = [w for w in words if UNSPACED.search(w)]
+    spaced_words = [w for w in words if w not in unspaced]
     with db.one_snapshot(conn):  # the total and the rows of one version
-        total = conn.execute("SELECT count(*) FROM pages_fts WHERE pages_fts MATCH ?", (match,)).fetchone()[0]
-        rows = conn.execute(
-            f"SELECT p.path, p.title, p.description, p.kind, p.text, -bm25(pages_fts, {', '.join(map(str, WEIGHTS))}) AS score"
-            " FROM pages_fts JOIN pages p ON p.rowid = pages_fts.rowid WHERE pages_fts MATCH ?"
-            " ORDER BY score DESC, p.path LIMIT ?",
-            (match, limit),
-        ).fetchall()
+        if not unspaced:
+            match = fts_match(words)
+            total = conn.execute("SELECT count(*) FROM pages_fts WHERE pages_fts MATCH ?", (match,)).fetchone()[0]
+            rows = conn.execute(
+                f"SELECT p.path, p.title, p.description, p.kind, p.text, -bm25(pages_fts, {_BM25}) AS score"
+                " FROM pages_fts JOIN pages p ON p.rowid = pages_fts.rowid WHERE pages_fts MATCH ?"
+                " ORDER BY score DESC, p.path LIMIT ?",
+                (match, limit),
+            ).fetchall()
+        else:
+            asked = [("pages_fts", fts_match(spaced_words))] if spaced_words else []
+            asked.append(("pages_unspaced", fts_match([spaced(w) for w in unspaced])))
+            scores: dict[str, float] = {}
+            for index, match in asked:
+                for path, score in conn.execute(_HITS[index], (match,)):
+                    scores[path] = scores.get(path, 0.0) + score
+            total = len(scores)
+            best = sorted(scores, key=lambda path: (-scores[path], path))[:limit]
+            found = {row["path"]: row for row in conn.execute(
+                f"SELECT path, title, description, kind, text FROM pages WHERE path IN ({', '.join('?' * len(best))})",
+                best)}
+            rows = [{**found[path], "score": scores[path]} for path in best if path in found]
     pattern = stems_pattern(words)
     results = [
         {

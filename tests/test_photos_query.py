@@ -302,10 +302,11 @@ def test_token_matching_rules():
 
 @pytest.fixture(scope="module")
 def marked(tmp_path_factory, checker):
-    """Four demo photos, the cathedral's sidecar caption rewritten in Hindi with a Turkish İ and a ß, served live."""
+    """Four demo photos, the cathedral's sidecar caption rewritten in Hindi with a Turkish İ, a ß and a
+    run of Japanese, served live."""
     settings = make_settings(tmp_path_factory.mktemp("marked"))
     paths = demo_photos.generate(settings.photos_dir, count=4)
-    paths[3].with_suffix(".txt").write_text("हिन्दी में कैप्शन: the cathedral in İstanbul on the Hauptstraße\n",
+    paths[3].with_suffix(".txt").write_text("हिन्दी में कैप्शन: the cathedral in İstanbul on the Hauptstraße, 京都駅の朝\n",
                                             encoding="utf-8")
     ingest.run_photos(settings)
     with serve_wsgi(make_app(settings).wsgi) as base:
@@ -318,6 +319,14 @@ def test_caption_words_with_combining_marks_match_as_the_site_search_reads_them(
     body = marked.get("/photos/query.json", params={"q": q}).json()
     assert body["ranking"] == {"mode": "all-terms", "terms": [term], "semantic": False}
     assert stems(body) == ["DSCF0104"]
+
+
+@pytest.mark.parametrize("q", ["京都", "駅", "駅の朝"])
+def test_caption_words_of_a_script_written_without_spaces_are_found_inside_a_run(marked, q):
+    """京都駅の朝 is one word to the splitter: a part of it finds the photo, as the site search finds
+    a page (a single Han letter is a word of its own)."""
+    body = marked.get("/photos/query.json", params={"q": q}).json()
+    assert body["ranking"]["terms"] == [q] and stems(body) == ["DSCF0104"]
 
 
 @pytest.mark.parametrize("q", ["hauptstraße", "HAUPTSTRASSE", "Hauptstrasse"])

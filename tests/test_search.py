@@ -1,4 +1,5 @@
 """/search.json on the real server: terms, ranking, limits, snippets, bad input."""
+import contextlib
 import dataclasses
 import re
 from pathlib import Path
@@ -278,6 +279,11 @@ def world(tmp_path_factory, checker):
     page("istanbul-plain", "Istanbul at night", "The city after dark.", FILLER)
     page("sharp-s", "Straße des Cafés", "A street in Paris.", f"{FILLER} We walked down the Straße.")
     page("double-s", "Strasse im Regen", "A street in Zurich.", FILLER)
+    page("tokyo", "東京タワーの夜景", "東京タワーから見た夜の街。", "展望台から東京の夜景を見た。")
+    page("kyoto", "京都の寺", "古い寺を訪ねた。", "京都で三日間過ごした。")
+    page("cat", "猫と散歩", "A walk with a cat.", "猫が好きです。")
+    page("shanghai", "上海的早晨", "A morning in Shanghai.", "我们在外滩喝咖啡。")
+    page("thai-lunch", "อาหารกลางวัน", "Lunch in Bangkok.", "ฉันชอบกินข้าวมันไก่มาก")
     settings = make_settings(tmp, content_dir=content)
     build_site(settings)
     lexical = dataclasses.replace(settings, sections={**settings.sections, "ask": {
@@ -300,6 +306,64 @@ def found(world, q: str) -> list[str]:
 ])
 def test_a_word_with_combining_marks_finds_its_pages(world, q, pages):
     assert sorted(found(world, q)) == pages
+
+
+@pytest.mark.parametrize("q, pages", [
+    ("東京", ["tokyo"]),                  # inside 東京タワーの夜景 and 東京の夜景, each one run of letters
+    ("タワー", ["tokyo"]),
+    ("夜景", ["tokyo"]),
+    ("京", ["kyoto", "tokyo"]),           # one Han letter is a word
+    ("東京都", []),                        # the letters in a row, not each: 東京 and 京都 are not 東京都
+    ("猫", ["cat"]),
+    ("外滩", ["shanghai"]),
+    ("ข้าวมันไก่", ["thai-lunch"]),        # a Thai word inside a run, its vowel and tone marks too
+    ("東京 ferry", ["istanbul-dotted", "tokyo"]),  # words of both kinds: the pages of either
+])
+def test_a_word_of_a_script_written_without_spaces_is_found_inside_a_run(world, q, pages):
+    """unicode61 reads a run between punctuation as one word, so such a word was found only when the
+    run was exactly it (unicode_audit24 M2): now as a reader's find-in-page finds it."""
+    assert sorted(found(world, q)) == pages
+
+
+def test_the_snippet_and_asks_fallback_read_a_word_inside_a_run(world):
+    body = world["search"].get("/search.json", params={"q": "夜景 ferry"}).json()
+    assert body["total"] == 2 and {r["url"].rsplit("/", 1)[-1] for r in body["results"]} == {"tokyo", "istanbul-dotted"}
+    assert "東京の夜景" in next(r["snippet"] for r in body["results"] if r["url"].endswith("/tokyo"))
+    asked = world["ask"].get("/ask", params={"query": "東京", "streaming": "0"}).json()
+    assert asked["_meta"]["ranking"] == "lexical:model-unavailable"
+    assert [r["url"].rsplit("/", 1)[-1] for r in asked["results"]] == ["tokyo"]
+    assert asked["results"][0]["score"] == 100  # in its title, its description and its text, each inside a run
+
+
+def test_the_unspaced_index_follows_the_pages(tmp_path):
+    """Kept by the content job: a page made before it existed is indexed by the next run, a page
+    whose text changes is indexed again, and a page that loses its last such letter, or goes, leaves."""
+    from conftest import build_site, make_settings
+    from siteapi import db
+
+    page = writing_pages(tmp_path / "content")
+    page("tokyo", "東京タワー", "A tower.", "夜景")
+    page("plain", "A plain page", "No such letters.", "Only English here.")
+    settings = make_settings(tmp_path, content_dir=tmp_path / "content")
+    build_site(settings)
+
+    def indexed() -> dict:
+        with contextlib.closing(db.connect(settings.db_path, readonly=True)) as conn:
+            return {row["path"]: row["text"] for row in conn.execute("SELECT path, text FROM pages_unspaced")}
+
+    assert indexed() == {"/writing/tokyo": " 夜  景 "}
+    with contextlib.closing(db.writer(settings.db_path)) as conn, db.transaction(conn):
+        conn.execute("DELETE FROM pages_unspaced")  # as a site.db made before the index
+    build_site(settings)
+    assert indexed() == {"/writing/tokyo": " 夜  景 "}
+    page("tokyo", "東京タワー", "A tower.", "朝の景色")
+    page("plain", "A plain page", "Now with 猫.", "Only English here.")
+    build_site(settings)
+    assert indexed() == {"/writing/tokyo": " 朝  の  景  色 ", "/writing/plain": "Only English here."}
+    (tmp_path / "content" / "tokyo.md").unlink()
+    page("plain", "A plain page", "No such letters.", "Only English here.")
+    build_site(settings)
+    assert indexed() == {}
 
 
 def test_the_snippet_shows_a_word_with_combining_marks(world):
