@@ -49,6 +49,11 @@ def address_key(address: str) -> str:
     return str(ipaddress.IPv6Network((int(ip), 64), strict=False))
 
 
+def in_seconds(count: int) -> str:
+    """A wait as a refusal says it: "1 second", "30 seconds"."""
+    return "1 second" if count == 1 else f"{count} seconds"
+
+
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
@@ -63,7 +68,7 @@ class Decision:
     def refusal(self) -> str:
         """The sentence of a refusal, for HTTP's 429 and the MCP tools alike."""
         return (f"Too many requests: the {self.policy.name} budget is {self.policy.quota} per {self.policy.window} "
-                f"seconds per caller; retry in {self.retry_after} seconds.")
+                f"seconds per caller; retry in {in_seconds(self.retry_after)}.")
 
     def headers(self) -> list[tuple[str, str]]:
         # a refusal's t is its Retry-After: up to 60 seconds (API.md §8), whatever the window
@@ -150,7 +155,7 @@ class SlotsFull(Exception):
         self.mine = mine
         what = (f"you already have {slots.per_caller} lens requests running; wait for one to finish"
                 if mine else f"the lens is running its {slots.total} requests at once for other callers")
-        super().__init__(f"Busy: {what}, then retry in {slots.retry_after} seconds.")
+        super().__init__(f"Busy: {what}, then retry in {in_seconds(slots.retry_after)}.")
 
 
 class WorkSlots:

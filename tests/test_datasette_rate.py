@@ -67,7 +67,7 @@ def assert_refused(answer: Answer) -> None:
     retry = int(answer.headers["Retry-After"])
     assert 1 <= retry <= 60 and remaining(answer) == 0 and answer.headers["Cache-Control"] == "no-store"
     assert json.loads(answer.body) == {
-        "error": f"Too many requests: the data budget is {QUOTA} per 60 seconds per caller; retry in {retry} seconds.",
+        "error": f"Too many requests: the data budget is {QUOTA} per 60 seconds per caller; retry in {retry} second{'s' * (retry != 1)}.",
         "code": "rate_limited", "status": 429, "retry_after": retry, "docs": DOCS}
 
 

@@ -209,3 +209,12 @@ def test_several_processes_share_counts_through_redis(tmp_path):
     # The store gone: each process counts alone again (a 500 on every request before)
     assert [one.hit("read", "a").allowed for _ in range(4)] == [True, True, True, False]
     assert dict(one.hit("read", "a").headers())["RateLimit"].startswith('"read";r=0;t=')
+
+
+def test_a_refusal_counts_its_wait_in_words():
+    """"retry in 1 seconds" was the sentence of every refusal with a second to wait (html_audit25 F6)."""
+    limiter = RateLimiter({"tick": RatePolicy("tick", 1, 1), "slow": RatePolicy("slow", 1, 60)}, "memory://")
+    for policy, wait in (("tick", r"retry in 1 second\."), ("slow", r"retry in [2-6][0-9] seconds\.")):
+        assert limiter.hit(policy, "198.51.100.7").allowed
+        refused = limiter.hit(policy, "198.51.100.7")
+        assert not refused.allowed and re.search(wait + "$", refused.refusal()), refused.refusal()

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from publicsuffixlist import PublicSuffixList
 
-from ..ratelimit import Decision, TargetBudget, address_key
+from ..ratelimit import Decision, TargetBudget, address_key, in_seconds
 from ..web import ApiError
 from .fetch import FetchFailed, Fetcher, Target
 
@@ -58,14 +58,14 @@ class TargetSpent(FetchFailed):
         self.decision = decision
         self.retry_after = decision.retry_after
         super().__init__(_spent_sentence(f"fresh scans of {_described(site)}", decision, "so that it cannot be turned "
-                                         f"on one site; retry in {self.retry_after} seconds."))
+                                         f"on one site; retry in {in_seconds(self.retry_after)}."))
 
 
 def _spent_sentence(what: str, decision: Decision, why: str) -> str:
     if decision.policy.name.endswith("_caller"):
         return (f"You have had the {decision.policy.quota} {what} one caller may have in {decision.policy.window} "
                 f"seconds (requests refused for the site's own budget count too), so that no one caller can keep "
-                f"a site from the others; retry in {decision.retry_after} seconds.")
+                f"a site from the others; retry in {in_seconds(decision.retry_after)}.")
     return (f"The lens has made the {decision.policy.quota} {what} it makes in {decision.policy.window} seconds "
             f"for all its callers together, {why}")
 
