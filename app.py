@@ -158,16 +158,17 @@ def make_app(settings: Settings, fetcher: Fetcher | None = None) -> Site:
 
     def developers(markdown_twin=False):
         intro_row = pages.page_row(conn(), GUIDE.path)  # the content page at the guide's path is its introduction
-        text = openapi.guide_markdown(settings, intro_row["body"] if intro_row else "")
+        body = openapi.guide_markdown(settings, intro_row["body"] if intro_row else "")
         if markdown_twin or wants_markdown(accept()):
+            text = pages.page_markdown({"title": GUIDE.title, "description": GUIDE.description, "kind": "page",
+                                        "date": None, "body": body})
             # negotiated at /developers, not stored by shared caches, as every page's Markdown
             reply = pages.markdown_reply(text, cache=DOC_CACHE if markdown_twin else pages.NEGOTIATED_CACHE)
             if markdown_twin:
                 reply.headers["Link"] = pages.canonical_link(settings, GUIDE.path)
             return with_etag(reply)
-        body = markdown.render(text.split("\n", 2)[2])  # the template prints the title itself
-        return with_etag(pages.html_reply(
-            pages.html_page(settings, GUIDE.title, GUIDE.description, body, GUIDE.path, GUIDE.twin), cache=DOC_CACHE))
+        return with_etag(pages.html_reply(pages.html_page(settings, GUIDE.title, GUIDE.description, markdown.render(body),
+                                                          GUIDE.path, GUIDE.twin), cache=DOC_CACHE))
 
     def signature_directory():
         signer = botauth.signer_for(settings)

@@ -160,9 +160,10 @@ def curl_example(settings, path: str, method: str, op: dict) -> str:
 
 
 def guide_markdown(settings, intro: str = "") -> str:
-    """The developer guide: every operation, its answer, its parameters, and a curl example that works."""
+    """The developer guide's body (its page gives the title and description): every operation, its
+    answer, its parameters, and a curl example that works."""
     doc = load()
-    out = ["# Developer guide", "", doc["info"]["description"].strip(), ""]
+    out = [doc["info"]["description"].strip(), ""]
     if intro:
         out += [intro.strip(), ""]
     out += [f"The machine-readable description is [/openapi.json]({settings.url('/openapi.json')}); "
