@@ -141,6 +141,7 @@ def html_page(settings, title: str, description: str, body_html: str, path: str 
     canonical = path and page_url(settings, path)
     return TEMPLATE.render(site=settings.site_name, title=title, description=description, body=body_html,
                            canonical=canonical, markdown_path=markdown_path and quote(markdown_path, safe=URL_SAFE),
+                           current=path,
                            published=date if kind == "writing" else None,
                            og_type="article" if kind == "writing" else "website",
                            json_ld=canonical and _json_ld(settings, canonical, title, description, kind, date))

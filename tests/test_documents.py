@@ -123,7 +123,9 @@ def test_every_page_says_what_it_is_as_ask_does_and_a_post_when_it_was_published
         canonical = re.search(r'<link rel="canonical" href="([^"]+)">', page)[1]
         assert node["@id"] == node["url"] == canonical and node["isPartOf"] == website["@id"], row["path"]
         assert f'<meta property="og:url" content="{canonical}">' in page
-        assert re.search(r'<a href="/">[^<]+</a>\s+<a href="/writing">', page)  # a break between the links
+        assert re.search(r'<a href="/"[^>]*>[^<]+</a>\s+<a href="/writing"', page)  # a break between the links
+        current = re.findall(r'<a href="([^"]+)" aria-current="page">', page)
+        assert current == ([row["path"]] if row["path"] in ("/", "/writing", "/photos", "/garage") else []), row["path"]
         published = f"Published {row['date']}."
         if row["kind"] == "writing":
             assert node["@type"] == "BlogPosting" and node["datePublished"] == row["date"] and node["headline"] == row["title"]

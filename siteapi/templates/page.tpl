@@ -40,11 +40,9 @@
 <a class="skip" href="#content">Skip to content</a>
 <header>
 <nav aria-label="Site">
-<a href="/">{{site}}</a>
-<a href="/writing">Writing</a>
-<a href="/photos">Photos</a>
-<a href="/garage">Garage</a>
-<a href="/developers">API</a>
+% for href, label in (("/", site), ("/writing", "Writing"), ("/photos", "Photos"), ("/garage", "Garage"), ("/developers", "API")):
+<a href="{{href}}"{{!' aria-current="page"' if href == current else ''}}>{{label}}</a>
+% end
 </nav>
 </header>
 <main id="content">
