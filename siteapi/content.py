@@ -1,7 +1,7 @@
 """content/ -> the `pages` table (and content/resume.json -> `site_files`): front-matter parsing,
 plain text, and the incremental `content` job.
 
-A content file is Markdown with YAML front matter (title, description, date, kind, path, tags).
+A content file is Markdown with YAML front matter (title, description, date, kind, path, tags, lang).
 The job reads every file, parses outside any transaction, then applies added, changed and
 deleted pages in one short write transaction, with the page index of scripts written without
 spaces (`pages_unspaced`). A file that does not parse is reported by file and
@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS pages (
     text TEXT NOT NULL,
     hash TEXT NOT NULL,
     source TEXT NOT NULL,
-    tags TEXT NOT NULL DEFAULT '[]'
+    tags TEXT NOT NULL DEFAULT '[]',
+    lang TEXT
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS pages_fts USING fts5(
     title, description, text, content='pages', content_rowid='rowid', tokenize='porter unicode61'
@@ -94,6 +95,10 @@ def index_unspaced(conn, pages: dict) -> None:
          for path, row in pages.items() if indexed.get(path) != row["hash"]
          and any(UNSPACED.search(row[field]) for field in ("title", "description", "text"))])
 
+
+ADDED_COLUMNS = {"pages": {"lang": "TEXT"}}
+# A language tag as BCP 47 writes one, its primary language and then subtags (ja, pt-BR, zh-Hant-TW).
+_LANGUAGE_TAG = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*")
 
 markdown = MarkdownIt("commonmark", {"typographer": False}).enable("table")
 # Part of every page's hash: bump it when plain_text() changes, so the next content run re-reads every
@@ -158,6 +163,7 @@ class Page:
     hash: str
     source: str
     tags: str
+    lang: str | None = None  # the page's language, when it is not the site's
     path_line: int = 1  # where `path:` sits in the source, for error messages; not stored
 
     def row(self) -> dict:
@@ -236,13 +242,13 @@ def parse_file(file: Path, root: Path) -> Page:
         raise ContentError(f"{rel}: front matter is nested too deeply to read.") from None
     if not isinstance(meta, dict):
         raise ContentError(f"{rel} line 2: front matter must be a mapping of keys to values.")
-    for key in ("title", "path", "kind", "description"):
+    for key in ("title", "path", "kind", "description", "lang"):
         value = meta.get(key)
         if value is not None and not isinstance(value, str):
             raise ContentError(f"{rel} line {key_line(front, key)}: {key} must be text, not "
                                f"{_TYPE_NAMES.get(type(value), type(value).__name__)}; write {key}: and the text, "
                                "in quotes if it could read as a number, yes/no, list or mapping.")
-        if key != "description" and not (value or "").strip():
+        if key not in ("description", "lang") and not (value or "").strip():
             raise ContentError(f"{rel} line {key_line(front, key)}: front matter needs a text '{key}'.")
     if meta["kind"] not in KINDS:
         raise ContentError(f"{rel} line {key_line(front, 'kind')}: kind must be one of {', '.join(KINDS)}, "
@@ -268,6 +274,10 @@ def parse_file(file: Path, root: Path) -> Page:
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         raise ContentError(f"{rel} line {key_line(front, 'tags')}: tags must be a list of text, "
                            "e.g. tags: [film, recipes], with any tag that reads as a number in quotes.")
+    lang = meta.get("lang")
+    if lang is not None and not _LANGUAGE_TAG.fullmatch(lang.strip()):
+        raise ContentError(f"{rel} line {key_line(front, 'lang')}: lang must be a language tag such as ja, de or "
+                           f"pt-BR, not {lang!r}.")
     text = plain_text(body)
     return Page(
         path=path,
@@ -280,6 +290,7 @@ def parse_file(file: Path, root: Path) -> Page:
         hash=hashlib.sha256(f"{TEXT_EXTRACTION}\0{source}".encode()).hexdigest(),
         source=rel,
         tags=json.dumps(tags),
+        lang=lang and lang.strip(),
         path_line=key_line(front, "path"),
     )
 
@@ -422,11 +433,11 @@ def run_content(settings) -> str:
         with db.transaction(conn):
             for page in changed:
                 conn.execute(
-                    "INSERT INTO pages(path, title, description, kind, date, body, text, hash, source, tags)"
-                    " VALUES (:path, :title, :description, :kind, :date, :body, :text, :hash, :source, :tags)"
+                    "INSERT INTO pages(path, title, description, kind, date, body, text, hash, source, tags, lang)"
+                    " VALUES (:path, :title, :description, :kind, :date, :body, :text, :hash, :source, :tags, :lang)"
                     " ON CONFLICT(path) DO UPDATE SET title=excluded.title, description=excluded.description,"
                     " kind=excluded.kind, date=excluded.date, body=excluded.body, text=excluded.text,"
-                    " hash=excluded.hash, source=excluded.source, tags=excluded.tags",
+                    " hash=excluded.hash, source=excluded.source, tags=excluded.tags, lang=excluded.lang",
                     page.row(),
                 )
             conn.executemany("DELETE FROM pages WHERE path = ?", [(p,) for p in gone])

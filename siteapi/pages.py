@@ -119,11 +119,25 @@ def schema_node(settings, url: str, name: str, kind: str, description: str) -> d
             "isPartOf": settings.public_base_url + "/#website"}
 
 
-def _json_ld(settings, url: str, title: str, description: str, kind: str, date: str | None) -> str:
+# The site's own language, and the languages written right to left (by their primary subtag, or the
+# script subtag a tag such as ku-Arab names).
+SITE_LANG = "en"
+_RIGHT_TO_LEFT = frozenset({"ar", "ckb", "dv", "fa", "he", "ps", "sd", "ug", "ur", "yi", "syr",
+                            "arab", "hebr", "thaa", "syrc", "nkoo", "adlm", "rohg"})
+
+
+def direction(lang: str) -> str:
+    """rtl for a language tag written right to left, else ltr."""
+    subtags = lang.lower().split("-")
+    return "rtl" if subtags[0] in _RIGHT_TO_LEFT or (len(subtags) > 1 and subtags[1] in _RIGHT_TO_LEFT) else "ltr"
+
+
+def _json_ld(settings, url: str, title: str, description: str, kind: str, date: str | None, lang: str) -> str:
     """The page's JSON-LD: the site's WebSite node, which /ask's schema_object names, and the page's
     own; a post's date as published. Every < escaped, so no text can end the script element."""
     page = schema_node(settings, url, title, kind, description)
     del page["@context"]
+    page["inLanguage"] = lang
     if kind == "writing":
         page["headline"] = title
         if date:
@@ -135,16 +149,20 @@ def _json_ld(settings, url: str, title: str, description: str, kind: str, date: 
 
 
 def html_page(settings, title: str, description: str, body_html: str, path: str | None,
-              markdown_path: str | None, kind: str = "page", date: str | None = None) -> str:
+              markdown_path: str | None, kind: str = "page", date: str | None = None, lang: str | None = None) -> str:
     """The page template; `path` None (a 404) names no canonical URL and describes no page, since
-    nothing lives there. A post (kind writing) shows its date, as its Markdown twin does."""
+    nothing lives there. A post (kind writing) shows its date, as its Markdown twin does. `lang`, the
+    page's language when it is not the site's, sets the page's, and its writing direction."""
     canonical = path and page_url(settings, path)
+    lang = lang or SITE_LANG
     return TEMPLATE.render(site=settings.site_name, title=title, description=description, body=body_html,
+                           lang=lang, dir=direction(lang),  # the site's own navigation and footer keep the site's
+                           chrome="" if lang == SITE_LANG else f' lang="{SITE_LANG}" dir="{direction(SITE_LANG)}"',
                            canonical=canonical, markdown_path=markdown_path and quote(markdown_path, safe=URL_SAFE),
                            current=path,
                            published=date if kind == "writing" else None,
                            og_type="article" if kind == "writing" else "website",
-                           json_ld=canonical and _json_ld(settings, canonical, title, description, kind, date))
+                           json_ld=canonical and _json_ld(settings, canonical, title, description, kind, date, lang))
 
 
 def html_reply(text: str, cache: str = PAGE_CACHE) -> Reply:
@@ -178,7 +196,8 @@ def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str, route
         return markdown_reply(page_markdown(row), cache=NEGOTIATED_CACHE)
     body = _render_body(row["body"])
     markdown_path = None if routed(twin_path(lookup)) else twin_path(lookup)
-    text = html_page(settings, row["title"], row["description"], body, lookup, markdown_path, row["kind"], row["date"])
+    text = html_page(settings, row["title"], row["description"], body, lookup, markdown_path, row["kind"], row["date"],
+                     row["lang"])
     return html_reply(text)
 
 

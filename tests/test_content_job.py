@@ -132,6 +132,9 @@ def test_every_front_matter_fault_names_its_file_and_line(tmp_path):
         "unclosed.md": ("---\ntitle: T\n", "line 1: front matter is not closed"),
         "z-duplicate.md": ("---\ntitle: T\nkind: page\ndate: 2026-01-01\npath: /ok\n---\nbody\n",
                            "line 5: path /ok is already used by ok.md"),
+        "bad-lang.md": ("---\ntitle: T\nkind: page\npath: /c\nlang: Japanese!\n---\nbody\n",
+                        "line 5: lang must be a language tag such as ja"),
+        "list-lang.md": ("---\ntitle: T\nkind: page\npath: /d\nlang: [ja]\n---\nbody\n", "line 5: lang must be text"),
         "ok.md": ("---\ntitle: Fine\nkind: page\npath: /ok\n---\nbody\n", None),
     }
     for name, (text, _) in faults.items():

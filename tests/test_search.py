@@ -1,6 +1,7 @@
 """/search.json on the real server: terms, ranking, limits, snippets, bad input."""
 import contextlib
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -185,9 +186,10 @@ def writing_pages(content: Path):
     """A function writing one writing page into the new folder `content` per call."""
     content.mkdir()
 
-    def page(name, title, description, body):
+    def page(name, title, description, body, lang=None):
         (content / f"{name}.md").write_text(f"---\ntitle: {title}\ndescription: {description}\nkind: writing\n"
-                                            f"path: /writing/{name}\ndate: 2026-01-01\n---\n{body}\n", encoding="utf-8")
+                                            f"path: /writing/{name}\ndate: 2026-01-01\n"
+                                            + (f"lang: {lang}\n" if lang else "") + f"---\n{body}\n", encoding="utf-8")
     return page
 
 
@@ -274,12 +276,12 @@ def world(tmp_path_factory, checker):
     page("tamil", "தமிழ் கட்டுரை", "ஒரு சிறிய கட்டுரை.", "இது தமிழ் மொழியில் எழுதப்பட்டது.")
     page("thai", "สวัสดี ชาวโลก", "A Thai greeting.", "สวัสดี")
     page("thai-swing", "สวิง", "A Thai word that shares a fragment with the greeting.", "สวิง")
-    page("arabic", "مَرْحَبًا بِكُمْ", "A vowelled Arabic greeting.", "مَرْحَبًا")
+    page("arabic", "مَرْحَبًا بِكُمْ", "A vowelled Arabic greeting.", "مَرْحَبًا", lang="ar")
     page("istanbul-dotted", "A ferry", "Across the Bosphorus.", f"{FILLER} Then the ferry to İstanbul.")
     page("istanbul-plain", "Istanbul at night", "The city after dark.", FILLER)
     page("sharp-s", "Straße des Cafés", "A street in Paris.", f"{FILLER} We walked down the Straße.")
     page("double-s", "Strasse im Regen", "A street in Zurich.", FILLER)
-    page("tokyo", "東京タワーの夜景", "東京タワーから見た夜の街。", "展望台から東京の夜景を見た。")
+    page("tokyo", "東京タワーの夜景", "東京タワーから見た夜の街。", "展望台から東京の夜景を見た。", lang="ja")
     page("kyoto", "京都の寺", "古い寺を訪ねた。", "京都で三日間過ごした。")
     page("cat", "猫と散歩", "A walk with a cat.", "猫が好きです。")
     page("shanghai", "上海的早晨", "A morning in Shanghai.", "我们在外滩喝咖啡。")
@@ -386,3 +388,16 @@ def test_sharp_s_and_double_s_find_each_other(world, q):
     assert sorted(found(world, q)) == ["double-s", "sharp-s"]
     results = world["search"].get("/search.json", params={"q": q}).json()["results"]
     assert "walked down the Straße." in next(r["snippet"] for r in results if r["url"].endswith("/sharp-s"))
+
+
+@pytest.mark.parametrize("name, lang, direction", [("tokyo", "ja", "ltr"), ("arabic", "ar", "rtl"), ("hindi", "en", "ltr")])
+def test_a_page_in_another_language_says_so_and_keeps_the_sites_own_words_in_english(world, name, lang, direction):
+    """`lang` in the front matter: the page's language and direction (a screen reader's voice, a
+    right-to-left page read right to left), the navigation and footer staying the site's English
+    (unicode_audit24 L4); a page that names none is the site's."""
+    page = world["search"].get(f"/writing/{name}", headers={"Accept": "text/html"}).text
+    assert f'<html lang="{lang}" dir="{direction}">' in page
+    chrome = ' lang="en" dir="ltr"' if lang != "en" else ""
+    assert f"<header{chrome}>" in page and f"<footer{chrome}>" in page
+    ld = json.loads(re.search(r'<script type="application/ld\+json">(.*?)</script>', page, re.S)[1])
+    assert ld["@graph"][1]["inLanguage"] == lang

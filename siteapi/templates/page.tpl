@@ -1,5 +1,5 @@
 <!DOCTYPE html>
-<html lang="en">
+<html lang="{{lang}}" dir="{{dir}}">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -38,7 +38,7 @@
 </head>
 <body>
 <a class="skip" href="#content">Skip to content</a>
-<header>
+<header{{!chrome}}>
 <nav aria-label="Site">
 % for href, label in (("/", site), ("/writing", "Writing"), ("/photos", "Photos"), ("/garage", "Garage"), ("/developers", "API")):
 <a href="{{href}}"{{!' aria-current="page"' if href == current else ''}}>{{label}}</a>
@@ -53,7 +53,7 @@
 % end
 {{!body}}
 </main>
-<footer>
+<footer{{!chrome}}>
 <p>
 % if markdown_path:
 Also available as <a href="{{markdown_path}}">Markdown</a> ·
