@@ -93,7 +93,7 @@ def index_unspaced(conn, pages: dict) -> None:
         "INSERT INTO pages_unspaced(title, description, text, path, hash) VALUES (?, ?, ?, ?, ?)",
         [(spaced(row["title"]), spaced(row["description"]), spaced(row["text"]), path, row["hash"])
          for path, row in pages.items() if indexed.get(path) != row["hash"]
-         and any(UNSPACED.search(row[field]) for field in ("title", "description", "text"))])
+         and any(not row[field].isascii() and UNSPACED.search(row[field]) for field in ("title", "description", "text"))])
 
 
 ADDED_COLUMNS = {"pages": {"lang": "TEXT"}}
