@@ -83,17 +83,31 @@ def spaced(text: str) -> str:
     return UNSPACED.sub(r" \g<0> ", text)
 
 
+# Part of each pages_unspaced row's hash: bump it when what the index holds for a page changes, so
+# the next content run makes every row again.
+UNSPACED_INDEX = "unspaced-v2"
+
+
+def unspaced_hash(page_hash: str) -> str:
+    """The hash a pages_unspaced row stores for the page it was made from."""
+    return f"{UNSPACED_INDEX}:{page_hash}"
+
+
 def index_unspaced(conn, pages: dict) -> None:
     """Bring `pages_unspaced` to `pages` ({path: row with hash, title, description and text}): a row
-    for each page that holds an UNSPACED letter, made again when its hash changes."""
-    indexed = dict(conn.execute("SELECT path, hash FROM pages_unspaced").fetchall())
-    stale = [(path,) for path, hash_ in indexed.items() if path not in pages or pages[path]["hash"] != hash_]
-    conn.executemany("DELETE FROM pages_unspaced WHERE path = ?", stale)
+    for each page that holds an UNSPACED letter, made again when its hash changes. Its text is read
+    in NFKC form, as search.words reads a query (น้ำ's ำ as two letters, ２０２０ as 2020)."""
+    indexed = {path: (rowid, hash_) for rowid, path, hash_ in conn.execute("SELECT rowid, path, hash FROM pages_unspaced")}
+    stale = [(rowid,) for path, (rowid, hash_) in indexed.items()
+             if path not in pages or unspaced_hash(pages[path]["hash"]) != hash_]
+    conn.executemany("DELETE FROM pages_unspaced WHERE rowid = ?", stale)
+    fields = ("title", "description", "text")
     conn.executemany(
         "INSERT INTO pages_unspaced(title, description, text, path, hash) VALUES (?, ?, ?, ?, ?)",
-        [(spaced(row["title"]), spaced(row["description"]), spaced(row["text"]), path, row["hash"])
-         for path, row in pages.items() if indexed.get(path) != row["hash"]
-         and any(not row[field].isascii() and UNSPACED.search(row[field]) for field in ("title", "description", "text"))])
+        [(*(spaced(unicodedata.normalize("NFKC", row[field])) for field in fields), path, unspaced_hash(row["hash"]))
+         for path, row in pages.items() if indexed.get(path, (None, None))[1] != unspaced_hash(row["hash"])
+         and any(not row[field].isascii() and UNSPACED.search(unicodedata.normalize("NFKC", row[field]))
+                 for field in fields)])
 
 
 ADDED_COLUMNS = {"pages": {"lang": "TEXT"}}

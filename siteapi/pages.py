@@ -196,8 +196,8 @@ def serve_page(conn: sqlite3.Connection, settings, path: str, accept: str, route
         return markdown_reply(page_markdown(row), cache=NEGOTIATED_CACHE)
     body = _render_body(row["body"])
     markdown_path = None if routed(twin_path(lookup)) else twin_path(lookup)
-    text = html_page(settings, row["title"], row["description"], body, lookup, markdown_path, row["kind"], row["date"],
-                     row["lang"])
+    lang = row["lang"] if "lang" in row.keys() else None  # a site.db from before the column, served read-only
+    text = html_page(settings, row["title"], row["description"], body, lookup, markdown_path, row["kind"], row["date"], lang)
     return html_reply(text)
 
 

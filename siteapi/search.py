@@ -11,7 +11,7 @@ import sqlite3
 import unicodedata
 
 from siteapi import db, graphemes
-from siteapi.content import UNSPACED, shown, spaced
+from siteapi.content import UNSPACED, shown, spaced, unspaced_hash
 from siteapi.pages import page_url
 from siteapi.web import ApiError, Reply, cached_json, clamp_int
 
@@ -80,10 +80,16 @@ def words(text: str, cut: int | None = None) -> list[str]:
     return [word for word in found if word]
 
 
+# Han letters (with their iteration marks), each of which can be a word on its own (猫, 雪); a lone
+# kana, Thai or other letter is a particle or a piece of a word.
+_HAN = re.compile("[\u3005\u3007\u3021-\u3029\u3038-\u303b\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+                  "\U00020000-\U0003134f]")
+
+
 def tokens(query: str) -> list[str]:
-    """The words of the query's first 160 characters longer than one character (a Chinese or
-    Japanese letter is a word on its own), the first 12."""
-    return [t for t in words(query[:MAX_QUERY], MAX_QUERY) if len(t) > 1 or UNSPACED.match(t)][:MAX_TERMS]
+    """The words of the query's first 160 characters longer than one character (or one Han
+    letter), the first 12."""
+    return [t for t in words(query[:MAX_QUERY], MAX_QUERY) if len(t) > 1 or _HAN.match(t)][:MAX_TERMS]
 
 
 
@@ -173,17 +179,17 @@ def search(conn: sqlite3.Connection, q: str, limit: int, settings) -> dict:
 
 
 _BM25 = ", ".join(map(str, WEIGHTS))
-_HITS = {  # (page path, score) of a MATCH in each index
+_HITS = {  # (page path, score) of a MATCH in each index; a pages_unspaced row counts while it is the page's
     "pages_fts": f"SELECT p.path, -bm25(pages_fts, {_BM25}) AS score FROM pages_fts JOIN pages p ON p.rowid = pages_fts.rowid"
                  " WHERE pages_fts MATCH ?",
-    "pages_unspaced": f"SELECT path, -bm25(pages_unspaced, {_BM25}) AS score FROM pages_unspaced WHERE pages_unspaced MATCH ?",
+    "pages_unspaced": f"SELECT p.path, -bm25(pages_unspaced, {_BM25}) AS score FROM pages_unspaced JOIN pages p"
+                      " ON p.path = pages_unspaced.path AND pages_unspaced.hash = ? || p.hash WHERE pages_unspaced MATCH ?",
 }
 
 
 def rank(conn: sqlite3.Connection, words: list[str], limit: int, settings) -> dict:
     """Total before the limit and the ranked rows with kind and snippet."""
     unspaced = [w for w in words if UNSPACED.search(w)]
-    spaced_words = [w for w in words if w not in unspaced]
     with db.one_snapshot(conn):  # the total and the rows of one version
         if not unspaced:
             match = fts_match(words)
@@ -195,11 +201,14 @@ def rank(conn: sqlite3.Connection, words: list[str], limit: int, settings) -> di
                 (match, limit),
             ).fetchall()
         else:
-            asked = [("pages_fts", fts_match(spaced_words))] if spaced_words else []
-            asked.append(("pages_unspaced", fts_match([spaced(w) for w in unspaced])))
+            # pages_fts too, for a whole run equal to the word: it finds those before the content job
+            # has made pages_unspaced (a site.db from before it, which a read-only copy stays)
+            asked = [("pages_fts", (fts_match(words),))]
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'pages_unspaced'").fetchone():
+                asked.append(("pages_unspaced", (unspaced_hash(""), fts_match([spaced(w) for w in unspaced]))))
             scores: dict[str, float] = {}
-            for index, match in asked:
-                for path, score in conn.execute(_HITS[index], (match,)):
+            for index, arguments in asked:
+                for path, score in conn.execute(_HITS[index], arguments):
                     scores[path] = scores.get(path, 0.0) + score
             total = len(scores)
             best = sorted(scores, key=lambda path: (-scores[path], path))[:limit]

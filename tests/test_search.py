@@ -286,6 +286,8 @@ def world(tmp_path_factory, checker):
     page("cat", "猫と散歩", "A walk with a cat.", "猫が好きです。")
     page("shanghai", "上海的早晨", "A morning in Shanghai.", "我们在外滩喝咖啡。")
     page("thai-lunch", "อาหารกลางวัน", "Lunch in Bangkok.", "ฉันชอบกินข้าวมันไก่มาก")
+    page("thai-falls", "น้ำตกเอราวัณ", "A waterfall.", "เราไปเที่ยวน้ำตกกัน")  # ำ: NFKC makes it two letters
+    page("olympics", "大会２０２０の記録", "Full-width digits.", "ｶﾀｶﾅの看板")  # full-width digits, half-width kana
     settings = make_settings(tmp, content_dir=content)
     build_site(settings)
     lexical = dataclasses.replace(settings, sections={**settings.sections, "ask": {
@@ -320,6 +322,10 @@ def test_a_word_with_combining_marks_finds_its_pages(world, q, pages):
     ("外滩", ["shanghai"]),
     ("ข้าวมันไก่", ["thai-lunch"]),        # a Thai word inside a run, its vowel and tone marks too
     ("東京 ferry", ["istanbul-dotted", "tokyo"]),  # words of both kinds: the pages of either
+    ("น้ำตก", ["thai-falls"]),             # the page read in NFKC form, as the query is (review25 M1)
+    ("大会2020", ["olympics"]),
+    ("カタカナ", ["olympics"]),
+    ("の", []), ("ร", []),                 # a lone kana or Thai letter is no word; a Han letter is
 ])
 def test_a_word_of_a_script_written_without_spaces_is_found_inside_a_run(world, q, pages):
     """unicode61 reads a run between punctuation as one word, so such a word was found only when the
@@ -354,6 +360,18 @@ def test_the_unspaced_index_follows_the_pages(tmp_path):
             return {row["path"]: row["text"] for row in conn.execute("SELECT path, text FROM pages_unspaced")}
 
     assert indexed() == {"/writing/tokyo": " 夜  景 "}
+    with contextlib.closing(db.writer(settings.db_path)) as conn, db.transaction(conn):
+        conn.execute("UPDATE pages_unspaced SET hash = 'unspaced-v1:' || substr(hash, 13)")  # made the old way
+
+    def total(q: str) -> int:
+        with contextlib.closing(db.connect(settings.db_path, readonly=True)) as conn:
+            return search.search(conn, q, 10, settings)["total"]
+
+    assert total("タワー") == 0  # a row not made from the page as it stands finds nothing (review25 L1)
+    build_site(settings)
+    assert total("タワー") == 1
+    with contextlib.closing(db.connect(settings.db_path, readonly=True)) as conn:
+        assert [row[0][:12] for row in conn.execute("SELECT hash FROM pages_unspaced")] == ["unspaced-v2:"]
     with contextlib.closing(db.writer(settings.db_path)) as conn, db.transaction(conn):
         conn.execute("DELETE FROM pages_unspaced")  # as a site.db made before the index
     build_site(settings)
