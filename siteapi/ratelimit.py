@@ -85,8 +85,10 @@ class MemoryWindows:
     oldest first. A list, not a deque: a caller seen once costs ~290 bytes instead of ~960, which
     is what a flood of distinct addresses fills memory with until the next sweep."""
 
-    # Hits between sweeps that drop callers whose window has emptied; never fewer than there are keys,
-    # so a sweep costs a constant share of the hits however many callers there are.
+    # Hits between sweeps that drop callers whose window has emptied; never fewer than the keys the
+    # last sweep kept, so a sweep costs a constant share of the hits however many callers there are.
+    # (Not the keys there are now: when every hit is a new caller, that count grows as fast as the
+    # hits do and the next sweep never came, so a flood of addresses kept every key it made.)
     PRUNE_EVERY = 4096
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
@@ -94,6 +96,7 @@ class MemoryWindows:
         self._lock = threading.Lock()
         self._hits: dict[tuple, list[float]] = {}
         self._since_prune = 0
+        self._kept = 0  # the keys the last sweep left
 
     def hit(self, key: tuple, quota: int, window: int) -> tuple[bool, int, float]:
         """Spend one unit if one is left: (allowed, remaining, seconds until the oldest hit expires)."""
@@ -109,7 +112,7 @@ class MemoryWindows:
                 hits.append(now)
             reset = hits[0] + window - now
             self._since_prune += 1
-            if self._since_prune >= max(self.PRUNE_EVERY, len(self._hits)):
+            if self._since_prune >= max(self.PRUNE_EVERY, self._kept):
                 self._prune(now)
         return allowed, quota - len(hits), reset
 
@@ -117,6 +120,7 @@ class MemoryWindows:
         self._since_prune = 0
         for key in [k for k, hits in self._hits.items() if not hits or hits[-1] <= now - k[-1]]:
             del self._hits[key]
+        self._kept = len(self._hits)
 
 
 class RateLimiter:

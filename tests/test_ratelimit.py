@@ -182,6 +182,22 @@ def test_memory_windows_move_and_forget_idle_callers():
     assert key not in windows._hits  # an idle caller's history is dropped
 
 
+def test_a_flood_of_new_callers_is_forgotten_as_their_windows_empty():
+    """Every hit a new caller (a flood of addresses, /64s, random lens targets): the sweep waited for
+    as many hits as there were keys, a count that grew as fast as the hits, so it never came again
+    and every key stayed (soak_audit25: ~1 GB in two hours at 500 new /64s a second)."""
+    from siteapi import ratelimit
+
+    clock = [1000.0]
+    windows = ratelimit.MemoryWindows(clock=lambda: clock[0])
+    most = 0
+    for n in range(120_000):  # 100 new callers a second for 20 minutes, a 60-second window each
+        clock[0] += 0.01
+        windows.hit(("read", f"2001:db8:{n:x}::/64", 60), 60, 60)
+        most = max(most, len(windows._hits))
+    assert most <= 2 * 6_000 + windows.PRUNE_EVERY  # the live minute's callers, twice at most, not 120,000
+
+
 @pytest.mark.skipif(shutil.which("redis-server") is None and not os.environ.get("CI"),
                     reason="redis-server is not installed")
 def test_several_processes_share_counts_through_redis(tmp_path):
