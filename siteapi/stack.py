@@ -1,6 +1,7 @@
 """`make run`: build site.db on first run, then start the app (waitress), Datasette, the job
 scheduler and, when `caddy` is on PATH, Caddy in front of both; print the addresses; Ctrl-C stops
-every process it started, and each of them stops by itself should `make run` be killed outright.
+every process it started, and each of them stops by itself should `make run` be killed outright
+(make itself or this process).
 It starts nothing while another `make run` serves the same site.db or one of its ports is taken,
 and says which.
 """
@@ -24,6 +25,7 @@ from siteapi.config import DATASETTE_PATH, ROOT, SettingsError, load_settings
 from siteapi.feeds.coffee import DEMO_CALENDAR
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PARENT = os.getppid()  # at import, the stack's first moment: make's pid, before it could die
 PORT_VARIABLES = {"app": "SITE_PORT", "datasette": "DATASETTE_PORT", "caddy": "CADDY_PORT"}
 DEFAULT_PORTS = {"datasette": 8001, "caddy": 8080}  # the app's is settings.port (site.toml `port`, default 8000)
 
@@ -160,9 +162,10 @@ def commands_and_env(settings, ports: dict[str, int], caddy: str | None) -> tupl
 
 
 def stop_with_parent(parent: int):
-    """A child's preexec_fn: SIGTERM it when `make run` dies, even by SIGKILL, which no handler of
-    ours can catch (Linux's PR_SET_PDEATHSIG, kept across exec). Set after the fork, so a parent that
-    died in between has already left the child to another parent: then it does not start."""
+    """A child's preexec_fn, and the stack's own first step: SIGTERM the process when its parent
+    (this stack; for the stack, make) dies, even by SIGKILL, which no handler can catch (Linux's
+    PR_SET_PDEATHSIG, kept across exec). Set after the fork, so a parent that died in between has
+    already left the process to another parent: then it does not start."""
     def arm():
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:
@@ -257,6 +260,7 @@ def main() -> int:
     # ignores in a job it puts in the background.
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGINT, interrupt)
+    stop_with_parent(PARENT)()  # make killed outright: SIGTERM, so the stack stops what it started
     try:
         return start()
     except SettingsError as exc:

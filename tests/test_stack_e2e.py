@@ -229,6 +229,33 @@ def test_a_killed_make_run_leaves_no_process_behind(stack, tmp_path):
 
 
 @needs_caddy
+def test_a_killed_make_leaves_no_process_behind(stack, tmp_path):
+    """make itself killed outright (soak_audit25): the stack, make's child, had run on with every port
+    and lock held, so the next `make run` refused to start. A shell stands in for make."""
+    with contextlib.closing(sqlite3.connect(stack["tmp"] / "site.db")) as built, \
+            contextlib.closing(sqlite3.connect(tmp_path / "site.db")) as copy:
+        built.backup(copy)
+    ports = stack_ports()
+    make = subprocess.Popen(["sh", "-c", '"$0" -m siteapi.stack; :', sys.executable], cwd=ROOT,
+                            env=stack_env(tmp_path, ports), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_for(f"http://127.0.0.1:{ports['CADDY_PORT']}/robots.txt", timeout=120)
+        (stack_pid,) = children(make.pid)
+        started = [stack_pid, *children(stack_pid)]
+    finally:
+        make.kill()
+        make.wait()
+    assert len(started) == 5  # the stack, then the app, Datasette, the scheduler and Caddy
+    deadline = time.monotonic() + 60  # a guard against a process that never stops; nothing is timed
+    while any(map(running_pid, started)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in started if running_pid(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left
+
+
+@needs_caddy
 def test_a_second_make_run_on_the_same_site_db_starts_nothing(stack):
     """On ports of its own, so only the first stack's hold on site.db can stop it: it would race the
     first's build and run a second scheduler."""
