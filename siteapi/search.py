@@ -201,15 +201,24 @@ def rank(conn: sqlite3.Connection, words: list[str], limit: int, settings) -> di
                 (match, limit),
             ).fetchall()
         else:
-            # pages_fts too, for a whole run equal to the word: it finds those before the content job
-            # has made pages_unspaced (a site.db from before it, which a read-only copy stays)
-            asked = [("pages_fts", (fts_match(words),))]
-            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'pages_unspaced'").fetchone():
-                asked.append(("pages_unspaced", (unspaced_hash(""), fts_match([spaced(w) for w in unspaced]))))
             scores: dict[str, float] = {}
-            for index, arguments in asked:
-                for path, score in conn.execute(_HITS[index], arguments):
+
+            def add(hits) -> None:
+                for path, score in hits:
                     scores[path] = scores.get(path, 0.0) + score
+
+            spaced_words = [w for w in words if w not in unspaced]
+            if spaced_words:
+                add(conn.execute(_HITS["pages_fts"], (fts_match(spaced_words),)))
+            inside = {}
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'pages_unspaced'").fetchone():
+                inside = dict(conn.execute(_HITS["pages_unspaced"],
+                                           (unspaced_hash(""), fts_match([spaced(w) for w in unspaced]))).fetchall())
+            # a run equal to the word, in pages_fts, for the pages pages_unspaced does not hold yet (a
+            # site.db from before it, which a read-only copy stays, or before the content job's run):
+            # a page it holds is scored there alone, or a word it names once would count twice
+            whole = conn.execute(_HITS["pages_fts"], (fts_match(unspaced),)).fetchall()
+            add([*inside.items(), *((path, score) for path, score in whole if path not in inside)])
             total = len(scores)
             best = sorted(scores, key=lambda path: (-scores[path], path))[:limit]
             found = {row["path"]: row for row in conn.execute(

@@ -283,6 +283,7 @@ def world(tmp_path_factory, checker):
     page("double-s", "Strasse im Regen", "A street in Zurich.", FILLER)
     page("tokyo", "東京タワーの夜景", "東京タワーから見た夜の街。", "展望台から東京の夜景を見た。", lang="ja")
     page("kyoto", "京都の寺", "古い寺を訪ねた。", "京都で三日間過ごした。")
+    page("cities", "旅の記録", "三つの町。", "大阪、京都、東京")  # 京都 and 東京 each a whole run here
     page("cat", "猫と散歩", "A walk with a cat.", "猫が好きです。")
     page("shanghai", "上海的早晨", "A morning in Shanghai.", "我们在外滩喝咖啡。")
     page("thai-lunch", "อาหารกลางวัน", "Lunch in Bangkok.", "ฉันชอบกินข้าวมันไก่มาก")
@@ -313,15 +314,15 @@ def test_a_word_with_combining_marks_finds_its_pages(world, q, pages):
 
 
 @pytest.mark.parametrize("q, pages", [
-    ("東京", ["tokyo"]),                  # inside 東京タワーの夜景 and 東京の夜景, each one run of letters
+    ("東京", ["cities", "tokyo"]),        # inside 東京タワーの夜景 and 東京の夜景, and a run of its own
     ("タワー", ["tokyo"]),
     ("夜景", ["tokyo"]),
-    ("京", ["kyoto", "tokyo"]),           # one Han letter is a word
+    ("京", ["cities", "kyoto", "tokyo"]),  # one Han letter is a word
     ("東京都", []),                        # the letters in a row, not each: 東京 and 京都 are not 東京都
     ("猫", ["cat"]),
     ("外滩", ["shanghai"]),
     ("ข้าวมันไก่", ["thai-lunch"]),        # a Thai word inside a run, its vowel and tone marks too
-    ("東京 ferry", ["istanbul-dotted", "tokyo"]),  # words of both kinds: the pages of either
+    ("東京 ferry", ["cities", "istanbul-dotted", "tokyo"]),  # words of both kinds: the pages of either
     ("น้ำตก", ["thai-falls"]),             # the page read in NFKC form, as the query is (review25 M1)
     ("大会2020", ["olympics"]),
     ("カタカナ", ["olympics"]),
@@ -337,9 +338,11 @@ def test_the_snippet_and_asks_fallback_read_a_word_inside_a_run(world):
     body = world["search"].get("/search.json", params={"q": "夜景 ferry"}).json()
     assert body["total"] == 2 and {r["url"].rsplit("/", 1)[-1] for r in body["results"]} == {"tokyo", "istanbul-dotted"}
     assert "東京の夜景" in next(r["snippet"] for r in body["results"] if r["url"].endswith("/tokyo"))
+    ranked = world["search"].get("/search.json", params={"q": "東京"}).json()["results"]
+    assert [r["url"].rsplit("/", 1)[-1] for r in ranked] == ["tokyo", "cities"]  # a run of its own counts once (review25b N1)
     asked = world["ask"].get("/ask", params={"query": "東京", "streaming": "0"}).json()
     assert asked["_meta"]["ranking"] == "lexical:model-unavailable"
-    assert [r["url"].rsplit("/", 1)[-1] for r in asked["results"]] == ["tokyo"]
+    assert [r["url"].rsplit("/", 1)[-1] for r in asked["results"]] == ["tokyo", "cities"]
     assert asked["results"][0]["score"] == 100  # in its title, its description and its text, each inside a run
 
 
