@@ -88,8 +88,10 @@ class MemoryWindows:
     # Hits between sweeps that drop callers whose window has emptied; never fewer than the keys the
     # last sweep kept, so a sweep costs a constant share of the hits however many callers there are.
     # (Not the keys there are now: when every hit is a new caller, that count grows as fast as the
-    # hits do and the next sweep never came, so a flood of addresses kept every key it made.)
+    # hits do and the next sweep never came, so a flood of addresses kept every key it made.) And at
+    # least once a PRUNE_SECONDS, so that a flood's keys go soon after it stops, however few the hits.
     PRUNE_EVERY = 4096
+    PRUNE_SECONDS = 60
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self._clock = clock
@@ -97,6 +99,7 @@ class MemoryWindows:
         self._hits: dict[tuple, list[float]] = {}
         self._since_prune = 0
         self._kept = 0  # the keys the last sweep left
+        self._pruned_at = clock()
 
     def hit(self, key: tuple, quota: int, window: int) -> tuple[bool, int, float]:
         """Spend one unit if one is left: (allowed, remaining, seconds until the oldest hit expires)."""
@@ -112,12 +115,12 @@ class MemoryWindows:
                 hits.append(now)
             reset = hits[0] + window - now
             self._since_prune += 1
-            if self._since_prune >= max(self.PRUNE_EVERY, self._kept):
+            if self._since_prune >= max(self.PRUNE_EVERY, self._kept) or now - self._pruned_at >= self.PRUNE_SECONDS:
                 self._prune(now)
         return allowed, quota - len(hits), reset
 
     def _prune(self, now: float) -> None:
-        self._since_prune = 0
+        self._since_prune, self._pruned_at = 0, now
         for key in [k for k, hits in self._hits.items() if not hits or hits[-1] <= now - k[-1]]:
             del self._hits[key]
         self._kept = len(self._hits)
