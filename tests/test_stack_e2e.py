@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
 from urllib.parse import urlsplit
 
 import exiv2
@@ -201,29 +202,36 @@ def running_pid(pid: int) -> bool:
         return False
 
 
-@needs_caddy
-def test_a_killed_make_run_leaves_no_process_behind(stack, tmp_path):
-    """SIGKILL reaches no handler of `make run`, so its children notice their parent's death themselves."""
+def killed_outright(stack, tmp_path, argv: list[str], started_by: Callable[[int], list[int]]) -> tuple[list[int], list[int]]:
+    """Run `argv` (a stack, or a stand-in for make running one) on a copy of the stack's site.db until
+    it serves, SIGKILL it, and give the pids `started_by` its pid found, and those still running a
+    minute later (a guard against a process that never stops; nothing is timed), killed then."""
     with contextlib.closing(sqlite3.connect(stack["tmp"] / "site.db")) as built, \
             contextlib.closing(sqlite3.connect(tmp_path / "site.db")) as copy:
         built.backup(copy)  # a built site.db: the first-run build is not what this is about
     ports = stack_ports()
-    proc = subprocess.Popen([sys.executable, "-m", "siteapi.stack"], cwd=ROOT, env=stack_env(tmp_path, ports),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(argv, cwd=ROOT, env=stack_env(tmp_path, ports), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT)
     try:
         wait_for(f"http://127.0.0.1:{ports['CADDY_PORT']}/robots.txt", timeout=120)
-        started = children(proc.pid)
+        started = started_by(proc.pid)
     finally:
         proc.kill()
         proc.wait()
-    assert len(started) == 4  # the app, Datasette, the scheduler and Caddy
-    deadline = time.monotonic() + 60  # a guard against a child that never stops; nothing is timed
+    deadline = time.monotonic() + 60
     while any(map(running_pid, started)) and time.monotonic() < deadline:
         time.sleep(0.2)
     left = [pid for pid in started if running_pid(pid)]
     for pid in left:
         os.kill(pid, signal.SIGKILL)
-    assert not left
+    return started, left
+
+
+@needs_caddy
+def test_a_killed_make_run_leaves_no_process_behind(stack, tmp_path):
+    """SIGKILL reaches no handler of `make run`, so its children notice their parent's death themselves."""
+    started, left = killed_outright(stack, tmp_path, [sys.executable, "-m", "siteapi.stack"], children)
+    assert len(started) == 4 and not left  # the app, Datasette, the scheduler and Caddy
     # Caddy kept its autosaved config beside the access log, not under the user's configuration folder
     assert (tmp_path / "caddy" / "caddy" / "autosave.json").exists() and not (tmp_path / "xdg-config" / "caddy").exists()
 
@@ -232,27 +240,13 @@ def test_a_killed_make_run_leaves_no_process_behind(stack, tmp_path):
 def test_a_killed_make_leaves_no_process_behind(stack, tmp_path):
     """make itself killed outright (soak_audit25): the stack, make's child, had run on with every port
     and lock held, so the next `make run` refused to start. A shell stands in for make."""
-    with contextlib.closing(sqlite3.connect(stack["tmp"] / "site.db")) as built, \
-            contextlib.closing(sqlite3.connect(tmp_path / "site.db")) as copy:
-        built.backup(copy)
-    ports = stack_ports()
-    make = subprocess.Popen(["sh", "-c", '"$0" -m siteapi.stack; :', sys.executable], cwd=ROOT,
-                            env=stack_env(tmp_path, ports), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
-        wait_for(f"http://127.0.0.1:{ports['CADDY_PORT']}/robots.txt", timeout=120)
-        (stack_pid,) = children(make.pid)
-        started = [stack_pid, *children(stack_pid)]
-    finally:
-        make.kill()
-        make.wait()
-    assert len(started) == 5  # the stack, then the app, Datasette, the scheduler and Caddy
-    deadline = time.monotonic() + 60  # a guard against a process that never stops; nothing is timed
-    while any(map(running_pid, started)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = [pid for pid in started if running_pid(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left
+    def the_stack_and_its_children(make: int) -> list[int]:
+        (stack_pid,) = children(make)
+        return [stack_pid, *children(stack_pid)]
+
+    started, left = killed_outright(stack, tmp_path, ["sh", "-c", '"$0" -m siteapi.stack; :', sys.executable],
+                                    the_stack_and_its_children)
+    assert len(started) == 5 and not left  # the stack, then the app, Datasette, the scheduler and Caddy
 
 
 @needs_caddy
