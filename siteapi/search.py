@@ -92,7 +92,6 @@ def tokens(query: str) -> list[str]:
     return [t for t in words(query[:MAX_QUERY], MAX_QUERY) if len(t) > 1 or _HAN.match(t)][:MAX_TERMS]
 
 
-
 def terms(query: str) -> list[str]:
     """The query's tokens less stopwords (or the raw tokens when nothing else survives)."""
     raw = tokens(query)
@@ -187,6 +186,26 @@ _HITS = {  # (page path, score) of a MATCH in each index; a pages_unspaced row c
 }
 
 
+def _scores_with_unspaced(conn: sqlite3.Connection, words: list[str], unspaced: list[str]) -> dict[str, float]:
+    """path -> score of the pages that hold any word: the `unspaced` ones (those of UNSPACED letters)
+    in pages_unspaced, the others in pages_fts, a page's scores summed."""
+    scores: dict[str, float] = {}
+    spaced_words = [w for w in words if w not in unspaced]
+    if spaced_words:
+        scores.update(conn.execute(_HITS["pages_fts"], (fts_match(spaced_words),)).fetchall())
+    inside = {}
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'pages_unspaced'").fetchone():
+        inside = dict(conn.execute(_HITS["pages_unspaced"],
+                                   (unspaced_hash(""), fts_match([spaced(w) for w in unspaced]))).fetchall())
+    # a run equal to the word, in pages_fts, for the pages pages_unspaced does not hold yet (a site.db
+    # from before it, which a read-only copy stays, or before the content job's run): a page it holds
+    # is scored there alone, or a word it names once would count twice
+    whole = conn.execute(_HITS["pages_fts"], (fts_match(unspaced),)).fetchall()
+    for path, score in [*inside.items(), *((path, score) for path, score in whole if path not in inside)]:
+        scores[path] = scores.get(path, 0.0) + score
+    return scores
+
+
 def rank(conn: sqlite3.Connection, words: list[str], limit: int, settings) -> dict:
     """Total before the limit and the ranked rows with kind and snippet."""
     unspaced = [w for w in words if UNSPACED.search(w)]
@@ -201,24 +220,7 @@ def rank(conn: sqlite3.Connection, words: list[str], limit: int, settings) -> di
                 (match, limit),
             ).fetchall()
         else:
-            scores: dict[str, float] = {}
-
-            def add(hits) -> None:
-                for path, score in hits:
-                    scores[path] = scores.get(path, 0.0) + score
-
-            spaced_words = [w for w in words if w not in unspaced]
-            if spaced_words:
-                add(conn.execute(_HITS["pages_fts"], (fts_match(spaced_words),)))
-            inside = {}
-            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'pages_unspaced'").fetchone():
-                inside = dict(conn.execute(_HITS["pages_unspaced"],
-                                           (unspaced_hash(""), fts_match([spaced(w) for w in unspaced]))).fetchall())
-            # a run equal to the word, in pages_fts, for the pages pages_unspaced does not hold yet (a
-            # site.db from before it, which a read-only copy stays, or before the content job's run):
-            # a page it holds is scored there alone, or a word it names once would count twice
-            whole = conn.execute(_HITS["pages_fts"], (fts_match(unspaced),)).fetchall()
-            add([*inside.items(), *((path, score) for path, score in whole if path not in inside)])
+            scores = _scores_with_unspaced(conn, words, unspaced)
             total = len(scores)
             best = sorted(scores, key=lambda path: (-scores[path], path))[:limit]
             found = {row["path"]: row for row in conn.execute(
