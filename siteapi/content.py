@@ -4,8 +4,7 @@ plain text, and the incremental `content` job.
 A content file is Markdown with YAML front matter (title, description, date, kind, path, tags, lang).
 The job reads every file, parses outside any transaction, then applies added, changed and
 deleted pages in one short write transaction, with the page index of scripts written without
-spaces (`pages_unspaced`). A file that does not parse is reported by file and
-line; its last good row stays, and every other page is still indexed. A path claimed by two files stays
+spaces (`pages_unspaced`). A file that does not parse is reported by file and line; its last good row stays, and every other page is still indexed. A path claimed by two files stays
 with the file that already publishes it. A content folder that is missing, or empty while pages exist,
 is refused and every page kept.
 """
@@ -58,7 +57,7 @@ END;
 -- The pages with letters of a script written without spaces (Chinese, Japanese, Thai...), each of
 -- those letters a word of its own: pages_fts reads a whole run between punctuation as one word, so
 -- 東京 would find no page that says 東京タワー. The content job keeps it (index_unspaced); search.py
--- asks it for the pairs of letters in a query's words.
+-- asks it for such a query word as the phrase of its letters.
 CREATE VIRTUAL TABLE IF NOT EXISTS pages_unspaced USING fts5(
     title, description, text, path UNINDEXED, hash UNINDEXED, tokenize='porter unicode61'
 );
