@@ -12,7 +12,8 @@ Every answer may be read by a script on any origin, as the app's are, with the s
 exposed (Datasette sends no CORS headers unless started with --cors, whose list differs). An error
 is never stored (Datasette's 404 had no Cache-Control, so a cache could keep a table's absence after
 the jobs add it), and a caller's `_ttl` may shorten Datasette's cache lifetime but not lengthen it:
-any link could otherwise have browsers keep, for a year, data the jobs rebuild every few minutes.
+any link could otherwise have browsers keep, for a year, data the jobs rebuild every few minutes
+(Datasette's static files keep their own long lifetimes).
 """
 import re
 
@@ -34,12 +35,13 @@ def asgi_wrapper(datasette):
     def public_path(scope) -> str:
         return prefix.rstrip("/") + unprefixed(scope, prefix.encode())["path"]
 
-    def ruled(status: int, headers: list) -> list:
-        """Datasette's headers with the site's CORS, no-store on an error, max-age at most `longest`."""
+    def ruled(status: int, headers: list, asked_ttl: bool) -> list:
+        """Datasette's headers with the site's CORS, no-store on an error, and the max-age a caller's
+        `_ttl` set at most Datasette's own (its static files keep their long one)."""
         names = {name.lower() for name, _ in headers}
         if status >= 400:
             headers = [(n, v) for n, v in headers if n.lower() != b"cache-control"] + wire([("Cache-Control", NO_STORE)])
-        else:
+        elif asked_ttl:
             headers = [(n, MAX_AGE.sub(lambda age: b"max-age=%d" % min(int(age[1]), longest), v))
                        if n.lower() == b"cache-control" else (n, v) for n, v in headers]
         return headers + wire([(n, v) for n, v in CORS if n.lower().encode() not in names])
@@ -57,9 +59,11 @@ def asgi_wrapper(datasette):
             if refusal is not None:
                 return await refuse(send, scope, refusal, settings)
 
+            asked_ttl = b"_ttl=" in scope.get("query_string", b"")
+
             async def send_ruled(message):
                 if message["type"] == "http.response.start":
-                    message = {**message, "headers": ruled(message["status"], list(message["headers"]))}
+                    message = {**message, "headers": ruled(message["status"], list(message["headers"]), asked_ttl)}
                 await send(message)
 
             return await app(scope, receive, send_ruled)

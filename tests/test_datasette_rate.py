@@ -155,6 +155,8 @@ def test_any_origin_reads_the_data_errors_are_never_stored_and_ttl_only_shortens
             assert answer.headers.get_all("Cache-Control") == ["no-store"], (path, answer)
     for ttl, kept in (("31536000", "max-age=5"), ("2", "max-age=2"), ("0", "no-cache"), ("x", "max-age=5")):
         assert get(port, f"{TABLE}?_ttl={ttl}", next(callers)).headers["Cache-Control"] == kept, ttl
+    # Datasette's own long lifetimes stay (review25b): the favicon is a static file, not rebuilt data
+    assert get(port, "/data/favicon.ico", next(callers)).headers["Cache-Control"] == "max-age=3600, immutable, public"
     caller = next(callers)
     answers = [get(port, TABLE, caller) for _ in range(QUOTA + 1)]
     assert answers[-1].status == 429  # the rate plugin's refusal, once CORS-readable whichever plugin is outer
